@@ -1,0 +1,134 @@
+"""The seam between the generic machinery (controller/) and the TFJob logic (reconcile/).
+
+reconcile/ may import this module and controller.errors, nothing else from controller/.
+Everything here is a protocol or a small value type: the reconciler sees a read-only
+snapshot of the cache, a thin write layer, expectations and an event sink, and never
+a watch, a queue or a lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+#: A Kubernetes object as decoded JSON. Objects handed out by a cache are shared:
+#: callers MUST NOT mutate them.
+JSON = dict[str, Any]
+
+
+def object_key(namespace: str | None, name: str) -> str:
+    """The workqueue key of an object: "ns/name", or "name" for cluster-scoped ones."""
+    return f"{namespace}/{name}" if namespace else name
+
+
+def split_key(key: str) -> tuple[str, str]:
+    namespace, _, name = key.rpartition("/")
+    return namespace, name
+
+
+class Clock(Protocol):
+    """Every read of time goes through a clock, so tests can drive it."""
+
+    def now(self) -> datetime:
+        """Wall-clock time, timezone-aware UTC (for timestamps written to the API)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic clock (for local decisions: delays, TTLs, leases)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a reconcile returns: done, or done and look again after a delay."""
+
+    requeue_after: float | None = None
+
+
+class TerminalError(Exception):
+    """A reconcile error that retrying cannot fix: logged and counted, never retried."""
+
+
+class CacheReader(Protocol):
+    """Read-only view of one informer's store."""
+
+    def get(self, namespace: str, name: str) -> JSON | None: ...
+
+    def by_index(self, index: str, value: str) -> list[JSON]: ...
+
+
+class ObjectWriter(Protocol):
+    """The thin write layer for one resource type. Errors are controller.errors types."""
+
+    async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    async def delete(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation: str | None = None,
+    ) -> None:
+        """Delete with optional UID/resourceVersion preconditions (so a same-named
+        successor object is never deleted by mistake)."""
+        ...
+
+    async def replace_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+        """PUT the status subresource; body carries metadata.resourceVersion, so a
+        stale write fails with Conflict (optimistic concurrency)."""
+        ...
+
+    async def patch(
+        self,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        content_type: str = "application/merge-patch+json",
+        subresource: str | None = None,
+    ) -> JSON: ...
+
+
+class Expectations(Protocol):
+    """Per-key expectations of our own writes being observed by the informers.
+
+    Rules (client-go's ControllerExpectations, kept here because the order matters):
+    - raise expectations *before* issuing the write, so an informer event that races
+      ahead of the write's response still finds the expectation to lower;
+    - lower them when the informer observes the object, and also for every write that
+      failed or was skipped, because no event will ever arrive for it;
+    - a key whose expectations are older than the TTL counts as satisfied, so a lost
+      event delays a sync, never blocks it forever.
+    """
+
+    def satisfied(self, key: str) -> bool: ...
+
+    def expect_creations(self, key: str, count: int) -> None: ...
+
+    def creation_observed(self, key: str) -> None: ...
+
+    def expect_deletions(self, key: str, uids: list[str]) -> None: ...
+
+    def deletion_observed(self, key: str, uid: str) -> None: ...
+
+    def expect_resource_version(self, key: str, resource_version: str) -> None:
+        """Read-your-writes: do not act on key until the cache has seen this RV."""
+        ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class EventSink(Protocol):
+    """Records core/v1 Events about an object. Never blocks and never raises."""
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+class Reconciler(Protocol):
+    async def reconcile(self, key: str) -> Result: ...

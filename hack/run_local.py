@@ -1,0 +1,175 @@
+"""`make run`: the controller on the local cluster with a sample TFJob.
+
+Starts tfjob-controller against .cluster/kubeconfig, applies the sample TFJobs in
+config/samples/ to the namespace `default`, prints each job's progress (conditions and
+replica counts) as it changes, finishes the training pods the way a real kubelet would
+report a clean exit (kwok has no real processes), and stops when every job has finished.
+Ctrl-C stops early. The controller's own log goes to .cluster/logs/tfjob-controller.log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "hack"))
+import cluster as cluster_mod  # noqa: E402
+
+NS = "default"
+TFJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/tfjobs"
+
+
+def say(msg: str) -> None:
+    print(f"[run {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def summary(job: dict[str, Any]) -> str:
+    st = job.get("status") or {}
+    conds = [c for c in st.get("conditions", []) if c.get("status") == "True"]
+    state = conds[-1]["type"] if conds else "Pending"
+    reps = ", ".join(
+        f"{rt}: active={r.get('active', 0)} succeeded={r.get('succeeded', 0)} "
+        f"failed={r.get('failed', 0)}"
+        for rt, r in sorted((st.get("replicaStatuses") or {}).items())
+    )
+    return f"{job['metadata']['name']}: {state}" + (f" ({reps})" if reps else "")
+
+
+def finished(job: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions", [])
+    )
+
+
+def main() -> int:
+    d = cluster_mod.cluster_dir()
+    state = cluster_mod.load_state(d)
+    if not state:
+        say("no local cluster: run `hack/cluster.sh up` (make run does it for you)")
+        return 1
+    api = cluster_mod.Api(d, state["ports"]["apiserver"])
+    kubeconfig = d / "kubeconfig"
+    logf = open(d / "logs" / "tfjob-controller.log", "ab")  # noqa: SIM115
+    exe = REPO / ".venv" / "bin" / "tfjob-controller"
+    ctrl = subprocess.Popen(
+        [
+            str(exe) if exe.exists() else "tfjob-controller",
+            f"--kubeconfig={kubeconfig}",
+            "--log-format=json",
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+        ],
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+    )
+    say(f"controller started (pid {ctrl.pid}); log: {d / 'logs' / 'tfjob-controller.log'}")
+    names = []
+    try:
+        for f in sorted((REPO / "config" / "samples").glob("*.yaml")):
+            for doc in yaml.safe_load_all(f.read_text()):
+                if not doc or doc.get("kind") != "TFJob":
+                    continue
+                name = doc["metadata"]["name"]
+                api.request("DELETE", f"{TFJOBS}/{name}", {"propagationPolicy": "Foreground"})
+                deadline = time.monotonic() + 60
+                while api.request("GET", f"{TFJOBS}/{name}")[0] == 200:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"old TFJob {name} is not going away")
+                    time.sleep(0.3)
+                doc["metadata"]["namespace"] = NS
+                status, body = api.request("POST", TFJOBS, doc)
+                if status != 201:
+                    say(f"could not create {name}: {status} {body}")
+                    return 1
+                names.append(name)
+                say(f"applied TFJob {NS}/{name} from {f.relative_to(REPO)}")
+        last: dict[str, str] = {}
+        finishing: set[str] = set()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if ctrl.poll() is not None:
+                say(f"controller exited with {ctrl.returncode}; see its log")
+                return 1
+            done = 0
+            for name in names:
+                status, job = api.request("GET", f"{TFJOBS}/{name}")
+                if status != 200:
+                    continue
+                line = summary(job)
+                if last.get(name) != line:
+                    say(line)
+                    last[name] = line
+                if finished(job):
+                    done += 1
+                    continue
+                if name not in finishing:
+                    finishing |= finish_when_running(api, job)
+            if done == len(names):
+                say("all sample jobs finished; pods and services:")
+                for kind in ("pods", "services"):
+                    _, lst = api.request(
+                        "GET",
+                        f"/api/v1/namespaces/{NS}/{kind}?labelSelector="
+                        "training.kubeflow.org/operator-name%3Dtfjob-controller",
+                    )
+                    for item in lst.get("items", []):
+                        phase = item.get("status", {}).get("phase", "")
+                        print(f"    {kind[:-1]:8s} {item['metadata']['name']:32s} {phase}")
+                say(
+                    "the controller keeps running until you press Ctrl-C; run it yourself with "
+                    f".venv/bin/tfjob-controller --kubeconfig {kubeconfig}"
+                )
+                if os.environ.get("RUN_EXIT_WHEN_DONE") == "1":
+                    return 0
+                ctrl.wait()
+                return 0
+            time.sleep(0.5)
+        say("timed out waiting for the sample jobs")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if ctrl.poll() is None:
+            ctrl.send_signal(signal.SIGTERM)
+            try:
+                ctrl.wait(20)
+            except subprocess.TimeoutExpired:
+                ctrl.kill()
+
+
+def finish_when_running(api: cluster_mod.Api, job: dict[str, Any]) -> set[str]:
+    """Once all of a job's pods run, let the deciding pod exit 0 (chief, else worker-0)."""
+    name = job["metadata"]["name"]
+    _, lst = api.request(
+        "GET",
+        f"/api/v1/namespaces/{NS}/pods?labelSelector=training.kubeflow.org/job-name%3D{name}",
+    )
+    pods = lst.get("items", [])
+    want = sum(int(s.get("replicas", 1)) for s in job["spec"]["tfReplicaSpecs"].values())
+    if len(pods) < want or any(p.get("status", {}).get("phase") != "Running" for p in pods):
+        return set()
+    roles = [
+        p for p in pods if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == "master"
+    ]
+    for p in roles[:1]:
+        say(f"all pods of {name} run; letting {p['metadata']['name']} exit 0")
+        api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}",
+            {"metadata": {"annotations": {"kwok.test/exit-code": "0"}}},
+            content_type="application/merge-patch+json",
+        )
+    return {name} if roles else set()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

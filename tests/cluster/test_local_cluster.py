@@ -1,0 +1,296 @@
+"""Acceptance for the local control plane itself (etcd, apiserver, KCM, scheduler, kwok)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from kubernetes_asyncio import client, config
+
+from tests.conftest import REPO, Cluster
+
+
+@pytest.fixture
+async def api(cluster: Cluster) -> AsyncIterator[client.ApiClient]:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=cluster.kubeconfig, client_configuration=cfg)
+    async with client.ApiClient(cfg) as c:
+        yield c
+
+
+async def raw(api: client.ApiClient, method: str, path: str, body: Any = None) -> Any:
+    resp = await api.call_api(
+        path,
+        method,
+        body=body,
+        response_type=None,
+        _preload_content=False,
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    data = await resp[0].read() if isinstance(resp, tuple) else await resp.read()
+    return orjson.loads(data) if data else None
+
+
+def pod(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, **extra},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "tensorflow", "image": "example.invalid/tf:1"},
+                {"name": "sidecar", "image": "example.invalid/side:1"},
+            ],
+        },
+    }
+
+
+async def wait_for_pod(
+    api: client.ApiClient, ns: str, name: str, pred: Any, timeout: float = 30
+) -> dict[str, Any]:
+    """Watch one pod until pred(pod) holds."""
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        p = await raw(api, "GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        if p.get("kind") == "Pod":
+            last = p
+            if pred(p):
+                return p
+        rv = p.get("metadata", {}).get("resourceVersion")
+        left = max(1, int(deadline - time.monotonic()))
+        resp = await core.list_namespaced_pod(
+            ns,
+            field_selector=f"metadata.name={name}",
+            watch=True,
+            resource_version=rv,
+            timeout_seconds=min(left, 10),
+            _preload_content=False,
+        )
+        async with resp:
+            async for line in resp.content:
+                ev = orjson.loads(line)
+                if ev["type"] in ("ADDED", "MODIFIED") and pred(ev["object"]):
+                    return dict(ev["object"])
+    raise AssertionError(f"pod {name} never satisfied the condition; last: {last.get('status')}")
+
+
+async def test_version_and_readyz(cluster: Cluster, api: client.ApiClient) -> None:
+    version = await raw(api, "GET", "/version")
+    assert version["major"] == "1" and version["gitVersion"].startswith("v1.")
+    resp = await api.call_api(
+        "/readyz", "GET", _preload_content=False, auth_settings=["BearerToken"]
+    )
+    r = resp[0] if isinstance(resp, tuple) else resp
+    assert r.status == 200 and (await r.text()) == "ok"
+
+
+@pytest.mark.parametrize(
+    ("code", "phase", "container"),
+    [
+        pytest.param("0", "Succeeded", None, id="exit-0"),
+        pytest.param("3", "Failed", None, id="exit-3"),
+        pytest.param("137", "Failed", "tensorflow", id="exit-137-one-container"),
+    ],
+)
+async def test_pod_scheduled_running_then_exits(
+    api: client.ApiClient, namespace: str, code: str, phase: str, container: str | None
+) -> None:
+    await raw(api, "POST", f"/api/v1/namespaces/{namespace}/pods", pod("p"))
+    running = await wait_for_pod(
+        api, namespace, "p", lambda p: p["status"].get("phase") == "Running"
+    )
+    assert running["spec"]["nodeName"].startswith("kwok-node-")
+    ann = {"kwok.test/exit-code": code}
+    if container:
+        ann["kwok.test/container"] = container
+    await api.call_api(
+        f"/api/v1/namespaces/{namespace}/pods/p",
+        "PATCH",
+        body={"metadata": {"annotations": ann}},
+        header_params={"Content-Type": "application/merge-patch+json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    done = await wait_for_pod(api, namespace, "p", lambda p: p["status"].get("phase") == phase)
+    codes = {
+        s["name"]: s["state"]["terminated"]["exitCode"] for s in done["status"]["containerStatuses"]
+    }
+    if container:
+        assert codes == {"tensorflow": int(code), "sidecar": 0}
+    else:
+        assert codes == {"tensorflow": int(code), "sidecar": int(code)}
+
+
+@pytest.mark.parametrize("propagation", ["Background", "Foreground"])
+async def test_garbage_collection_of_dependents(
+    api: client.ApiClient, namespace: str, propagation: str
+) -> None:
+    cm = await raw(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        {"metadata": {"name": "owner"}, "data": {}},
+    )
+    owner_ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": cm["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    await raw(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        pod("dependent", ownerReferences=[owner_ref]),
+    )
+    await raw(
+        api,
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/configmaps/owner",
+        {"propagationPolicy": propagation},
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        got = await raw(api, "GET", f"/api/v1/namespaces/{namespace}/pods/dependent")
+        if got.get("code") == 404:
+            break
+        await asyncio.sleep(0.25)  # polling an API condition, bounded by the deadline
+    else:
+        raise AssertionError("dependent pod was not garbage-collected within 30 s")
+    gone = await raw(api, "GET", f"/api/v1/namespaces/{namespace}/configmaps/owner")
+    assert gone.get("code") == 404
+
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.test.tfjob.local"},
+    "spec": {
+        "group": "test.tfjob.local",
+        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                            "status": {
+                                "type": "object",
+                                "properties": {"seen": {"type": "integer"}},
+                            },
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+async def test_crd_from_yaml_established_and_usable(
+    cluster: Cluster, api: client.ApiClient, namespace: str
+) -> None:
+    import yaml
+
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(CRD))
+    base = f"/apis/test.tfjob.local/v1/namespaces/{namespace}/widgets"
+    deadline = time.monotonic() + 30
+    while True:
+        crd = await raw(
+            api,
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.test.tfjob.local",
+        )
+        conds = crd.get("status", {}).get("conditions", [])
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+            break
+        assert time.monotonic() < deadline, "CRD never Established"
+        await asyncio.sleep(0.2)
+    created = await raw(
+        api,
+        "POST",
+        base,
+        {
+            "apiVersion": "test.tfjob.local/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w1"},
+            "spec": {"size": 3},
+        },
+    )
+    assert created["spec"]["size"] == 3, created
+    listed = await raw(api, "GET", base)
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["w1"]
+    # Watch from the list's resourceVersion sees the status update.
+    resp = await api.call_api(
+        base,
+        "GET",
+        query_params=[
+            ("watch", "true"),
+            ("resourceVersion", listed["metadata"]["resourceVersion"]),
+            ("timeoutSeconds", "15"),
+        ],
+        _preload_content=False,
+        auth_settings=["BearerToken"],
+    )
+    r = resp[0] if isinstance(resp, tuple) else resp
+    created["status"] = {"seen": 7}
+    updated = await raw(api, "PUT", f"{base}/w1/status", created)
+    assert updated["status"] == {"seen": 7} and updated["spec"]["size"] == 3
+    async with r:
+        async for line in r.content:
+            ev = orjson.loads(line)
+            if ev["type"] == "MODIFIED":
+                assert ev["object"]["status"] == {"seen": 7}
+                break
+    # The status subresource ignores spec changes; the main resource ignores status.
+    updated["spec"]["size"] = 99
+    after = await raw(api, "PUT", f"{base}/w1/status", updated)
+    assert after["spec"]["size"] == 3
+
+
+def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
+    """A second, private cluster: up, then down leaves no process and frees its ports."""
+    env = {**os.environ, "TFJOB_CLUSTER_DIR": str(tmp_path / "c"), "TFJOB_CLUSTER_NODES": "1"}
+    hack = [sys.executable, str(REPO / "hack" / "cluster.py")]
+    subprocess.run([*hack, "up"], env=env, check=True, stdout=subprocess.PIPE)
+    state = orjson.loads((tmp_path / "c" / "state.json").read_bytes())
+    pids = list(state["pids"].values())
+    assert len(pids) == 5
+    subprocess.run([*hack, "status"], env=env, check=True, stdout=subprocess.PIPE)
+    subprocess.run([*hack, "down"], env=env, check=True)
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive = open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            alive = False
+        assert not alive, f"pid {pid} still running"
+    import socket
+
+    for port in state["ports"].values():
+        with socket.socket() as s:
+            # SO_REUSEADDR: TIME_WAIT leftovers of closed connections don't hold a port.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen()  # raises if a process of ours still listens there
+    assert not (tmp_path / "c").exists()
