@@ -633,6 +633,9 @@ def cmd_up(opts: argparse.Namespace) -> int:
 
         wait_for("namespace default", default_ns, 30)
     except Exception as e:
+        import traceback
+
+        traceback.print_exc()
         log(f"cluster failed to start: {e}")
         for name in reversed(COMPONENTS):
             logf = d / "logs" / f"{name}.log"

@@ -58,7 +58,7 @@ def main() -> int:
         return 1
     api = cluster_mod.Api(d, state["ports"]["apiserver"])
     kubeconfig = d / "kubeconfig"
-    logf = open(d / "logs" / "tfjob-controller.log", "ab")  # noqa: SIM115
+    logf = open(d / "logs" / "tfjob-controller.log", "ab")
     exe = REPO / ".venv" / "bin" / "tfjob-controller"
     ctrl = subprocess.Popen(
         [

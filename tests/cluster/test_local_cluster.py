@@ -31,7 +31,7 @@ async def raw(api: client.ApiClient, method: str, path: str, body: Any = None) -
         path,
         method,
         body=body,
-        response_type=None,
+        response_types_map=None,
         _preload_content=False,
         header_params={"Content-Type": "application/json", "Accept": "application/json"},
         auth_settings=["BearerToken"],

@@ -1,0 +1,295 @@
+"""The TFJob reconciler: one pass over one job, in a fixed order.
+
+    read from the cache → return early (gone, being deleted) → check expectations →
+    list owned pods and services from the cache indexes → compute the plan (pure) →
+    apply it → write status once, only if it changed → emit events → requeue when a
+    timer is due.
+
+Everything that decides lives in reconcile.plan and the modules it calls; this module
+only sequences reads and writes. The writes of one pass run concurrently, bounded by a
+semaphore (and by the API client's own rate limit).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+
+from controller import errors
+from controller.types import (
+    JSON,
+    CacheReader,
+    Clock,
+    EventSink,
+    Expectations,
+    ObjectWriter,
+    Result,
+    split_key,
+)
+from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
+
+log = structlog.get_logger("tfjob")
+
+#: Cache index of pods and services by the UID of their controller ownerReference.
+OWNER_INDEX = "controller-uid"
+
+#: How long to wait before looking again at a job whose writes are not yet observed.
+#: The observing informer event re-enqueues the key sooner; this is the safety net.
+UNSATISFIED_RECHECK_SECONDS = 5.0
+
+
+def pods_key(job_key: str) -> str:
+    return f"{job_key}/pods"
+
+
+def services_key(job_key: str) -> str:
+    return f"{job_key}/services"
+
+
+@dataclass
+class Outcome:
+    """Counters for the one summary log line of a pass."""
+
+    created: int = 0
+    deleted: int = 0
+    failed_writes: int = 0
+    status_written: bool = False
+    errors: list[BaseException] = field(default_factory=list)
+
+
+@dataclass
+class Writers:
+    jobs: ObjectWriter
+    pods: ObjectWriter
+    services: ObjectWriter
+
+
+@dataclass
+class Caches:
+    jobs: CacheReader
+    pods: CacheReader
+    services: CacheReader
+
+
+class TFJobReconciler:
+    def __init__(
+        self,
+        *,
+        caches: Caches,
+        writers: Writers,
+        expectations: Expectations,
+        events: EventSink,
+        clock: Clock,
+        config: PlanConfig | None = None,
+        max_concurrent_writes: int = 64,
+    ) -> None:
+        self.caches = caches
+        self.writers = writers
+        self.expectations = expectations
+        self.events = events
+        self.clock = clock
+        self.config = config or PlanConfig()
+        self.max_concurrent_writes = max_concurrent_writes
+
+    async def reconcile(self, key: str) -> Result:
+        namespace, name = split_key(key)
+        # 1. Read from the cache; a job that is gone takes its expectations with it.
+        job = self.caches.jobs.get(namespace, name)
+        if job is None:
+            for k in (key, pods_key(key), services_key(key)):
+                self.expectations.delete(k)
+            structlog.contextvars.bind_contextvars(outcome="gone")
+            return Result()
+        # 2. A job being deleted is left to the garbage collector.
+        if job.get("metadata", {}).get("deletionTimestamp"):
+            structlog.contextvars.bind_contextvars(outcome="deleting")
+            return Result()
+        # 3. Don't act on a stale view of our own writes: every create/delete we issued
+        #    and the job's last status write must be visible in the caches first, or the
+        #    plan would create a pod that already exists or undo a status just written.
+        if not all(
+            self.expectations.satisfied(k) for k in (key, pods_key(key), services_key(key))
+        ):
+            structlog.contextvars.bind_contextvars(outcome="awaiting-expectations")
+            return Result(requeue_after=UNSATISFIED_RECHECK_SECONDS)
+        # 4. Owned children, from the cache indexes.
+        uid = job["metadata"]["uid"]
+        pods = self.caches.pods.by_index(OWNER_INDEX, uid)
+        services = self.caches.services.by_index(OWNER_INDEX, uid)
+        # 5. The plan: pure.
+        plan = compute_plan(
+            Snapshot(job=job, pods=pods, services=services, now=self.clock.now()), self.config
+        )
+        if plan.skip_reason:
+            structlog.contextvars.bind_contextvars(outcome=plan.skip_reason)
+        # 6. Apply it.
+        outcome = Outcome()
+        await self._apply_children(key, job, plan, outcome)
+        if plan.delete_job:
+            await self._delete_job(job, outcome)
+            structlog.contextvars.bind_contextvars(outcome="ttl-deleted")
+            return Result()
+        # 7. Write status once, only if it changed.
+        if plan.status is not None:
+            await self._write_status(key, job, plan.status)
+            outcome.status_written = True
+        # 8. Events of this pass's transitions, only once the status that records them
+        #    is stored (a failed write retries the pass, which would repeat them).
+        for ev in plan.events:
+            self.events.event(job, ev.type, ev.reason, ev.message)
+        structlog.contextvars.bind_contextvars(
+            created=outcome.created,
+            deleted=outcome.deleted,
+            status_written=outcome.status_written,
+        )
+        if outcome.errors:
+            # The first write error decides the retry; the rest were logged.
+            raise outcome.errors[0]
+        return Result(requeue_after=plan.requeue_after)
+
+    # --- writes -------------------------------------------------------------------
+
+    async def _apply_children(self, key: str, job: JSON, plan: Plan, outcome: Outcome) -> None:
+        limiter = anyio.Semaphore(self.max_concurrent_writes)
+        jobs: list[Callable[[], Awaitable[None]]] = []
+        pk, sk = pods_key(key), services_key(key)
+        # Raise expectations before any write is issued: an informer event may arrive
+        # before the write's response does.
+        if plan.delete_pods:
+            self.expectations.expect_deletions(pk, [p["metadata"]["uid"] for p in plan.delete_pods])
+        if plan.delete_services:
+            self.expectations.expect_deletions(
+                sk, [s["metadata"]["uid"] for s in plan.delete_services]
+            )
+        if plan.create_pods:
+            self.expectations.expect_creations(pk, len(plan.create_pods))
+        if plan.create_services:
+            self.expectations.expect_creations(sk, len(plan.create_services))
+
+        for pod in plan.delete_pods:
+            jobs.append(self._deleter(job, self.writers.pods, pk, pod, "Pod", outcome))
+        for svc in plan.delete_services:
+            jobs.append(self._deleter(job, self.writers.services, sk, svc, "Service", outcome))
+        for pod in plan.create_pods:
+            jobs.append(self._creator(job, self.writers.pods, pk, pod, "Pod", outcome))
+        for svc in plan.create_services:
+            jobs.append(self._creator(job, self.writers.services, sk, svc, "Service", outcome))
+        if not jobs:
+            return
+
+        async def run(fn: Callable[[], Awaitable[None]]) -> None:
+            async with limiter:
+                await fn()
+
+        async with anyio.create_task_group() as tg:
+            for fn in jobs:
+                tg.start_soon(run, fn)
+
+    def _creator(
+        self,
+        job: JSON,
+        writer: ObjectWriter,
+        exp_key: str,
+        body: JSON,
+        kind: str,
+        outcome: Outcome,
+    ) -> Callable[[], Awaitable[None]]:
+        async def create() -> None:
+            name = body["metadata"]["name"]
+            try:
+                await writer.create(body["metadata"].get("namespace") or _ns(job), body)
+            except errors.AlreadyExists:
+                # Deterministic names: it is there already, and no create event of ours
+                # will arrive for this attempt.
+                self.expectations.creation_observed(exp_key)
+                return
+            except Exception as e:
+                self.expectations.creation_observed(exp_key)
+                outcome.failed_writes += 1
+                outcome.errors.append(e)
+                self.events.event(
+                    job, "Warning", f"FailedCreate{kind}", f"Error creating: {_short(e)}"
+                )
+                log.warning("create failed", kind=kind, name=name, error=str(e))
+                return
+            outcome.created += 1
+            self.events.event(
+                job, "Normal", f"SuccessfulCreate{kind}", f"Created {kind.lower()}: {name}"
+            )
+
+        return create
+
+    def _deleter(
+        self,
+        job: JSON,
+        writer: ObjectWriter,
+        exp_key: str,
+        obj: JSON,
+        kind: str,
+        outcome: Outcome,
+    ) -> Callable[[], Awaitable[None]]:
+        async def delete() -> None:
+            meta = obj["metadata"]
+            try:
+                # The UID precondition keeps a same-named successor safe.
+                await writer.delete(meta["namespace"], meta["name"], uid=meta["uid"])
+            except (errors.NotFound, errors.Conflict):
+                # Already gone (or replaced): the informer's delete event may have been
+                # seen already, so count it observed here.
+                self.expectations.deletion_observed(exp_key, meta["uid"])
+                return
+            except Exception as e:
+                self.expectations.deletion_observed(exp_key, meta["uid"])
+                outcome.failed_writes += 1
+                outcome.errors.append(e)
+                self.events.event(
+                    job, "Warning", f"FailedDelete{kind}", f"Error deleting: {_short(e)}"
+                )
+                log.warning("delete failed", kind=kind, name=meta["name"], error=str(e))
+                return
+            outcome.deleted += 1
+            self.events.event(
+                job, "Normal", f"SuccessfulDelete{kind}", f"Deleted {kind.lower()}: {meta['name']}"
+            )
+
+        return delete
+
+    async def _write_status(self, key: str, job: JSON, status: Mapping[str, Any]) -> None:
+        body = copy.copy(job)
+        body["status"] = dict(status)
+        # The cached object carries resourceVersion: a stale write fails with Conflict
+        # and the pass is retried from a fresh cache read.
+        written = await self.writers.jobs.replace_status(_ns(job), job["metadata"]["name"], body)
+        rv = written.get("metadata", {}).get("resourceVersion")
+        if rv:
+            self.expectations.expect_resource_version(key, str(rv))
+
+    async def _delete_job(self, job: JSON, outcome: Outcome) -> None:
+        meta = job["metadata"]
+        try:
+            await self.writers.jobs.delete(
+                meta["namespace"], meta["name"], uid=meta["uid"], propagation="Background"
+            )
+        except errors.NotFound:
+            return
+        except Exception as e:
+            self.events.event(job, "Warning", "FailedDeleteJob", f"Error deleting: {_short(e)}")
+            raise
+        outcome.deleted += 1
+        self.events.event(job, "Normal", "SuccessfulDeleteJob", f"Deleted job: {meta['name']}")
+
+
+def _ns(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["namespace"])
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e)
+    return msg if len(msg) <= 300 else msg[:297] + "..."
+
+

@@ -1,0 +1,296 @@
+"""Small helpers for cluster tests: a TFJob controller process and condition waits.
+
+Waits poll a condition against the real apiserver with a deadline (no fixed sleeps);
+the pod-history checks use a real watch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.conftest import Cluster
+
+T = TypeVar("T")
+OPERATOR_LABEL = "training.kubeflow.org/operator-name=tfjob-controller"
+
+
+def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = fn()
+        except AssertionError as e:
+            last = e
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ControllerProcess:
+    """tfjob-controller as a real process against the local cluster."""
+
+    def __init__(self, cluster: Cluster, *extra: str, log_name: str = "tfjob-controller") -> None:
+        self.cluster = cluster
+        self.extra = list(extra)
+        self.log_path = cluster.dir / "logs" / f"{log_name}-test.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.health_port = 0
+        self.metrics_port = 0
+
+    def start(self) -> None:
+        self.health_port, self.metrics_port = free_port(), free_port()
+        exe = Path(sys.executable).parent / "tfjob-controller"
+        logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [
+                str(exe),
+                f"--kubeconfig={self.cluster.kubeconfig}",
+                "--log-format=json",
+                "--log-level=debug",
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+                *self.extra,
+            ],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        logf.close()
+        wait_for(self.ready, 60, "controller /readyz")
+
+    def ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(
+                f"controller exited with {self.proc.returncode}; see {self.log_path}"
+            )
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}/readyz", timeout=1
+            ) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
+            return str(r.read().decode())
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+    def restart(self) -> None:
+        self.stop(signal.SIGKILL)
+        self.start()
+
+
+class Kube:
+    """Synchronous JSON access for assertions (stdlib only)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.api = cluster.api
+
+    def req(self, method: str, path: str, body: Any = None, ctype: str = "application/json") -> Any:
+        status, out = self.api.request(method, path, body, content_type=ctype)
+        if status >= 300 and not (method == "GET" and status == 404):
+            raise ApiFailure(status, out)
+        return out if status < 300 else None
+
+    # TFJobs
+    def tfjobs(self, ns: str) -> str:
+        return f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
+
+    def create_tfjob(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.req("POST", self.tfjobs(ns), body))
+
+    def tfjob(self, ns: str, name: str) -> dict[str, Any] | None:
+        return self.req("GET", f"{self.tfjobs(ns)}/{name}")  # type: ignore[no-any-return]
+
+    def patch_tfjob(self, ns: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return dict(
+            self.req("PATCH", f"{self.tfjobs(ns)}/{name}", patch, "application/merge-patch+json")
+        )
+
+    # Pods and services
+    def pods(self, ns: str, job: str | None = None) -> list[dict[str, Any]]:
+        sel = OPERATOR_LABEL + (f",training.kubeflow.org/job-name={job}" if job else "")
+        out = self.req(
+            "GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={urllib.parse.quote(sel)}"
+        )
+        return sorted(out["items"], key=lambda p: p["metadata"]["name"])
+
+    def services(self, ns: str, job: str | None = None) -> list[dict[str, Any]]:
+        sel = OPERATOR_LABEL + (f",training.kubeflow.org/job-name={job}" if job else "")
+        out = self.req(
+            "GET", f"/api/v1/namespaces/{ns}/services?labelSelector={urllib.parse.quote(sel)}"
+        )
+        return sorted(out["items"], key=lambda p: p["metadata"]["name"])
+
+    def pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        return self.req("GET", f"/api/v1/namespaces/{ns}/pods/{name}")  # type: ignore[no-any-return]
+
+    def exit_pod(self, ns: str, name: str, code: int, container: str | None = "tensorflow") -> None:
+        ann = {"kwok.test/exit-code": str(code)}
+        if container:
+            ann["kwok.test/container"] = container
+        self.req(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/{name}",
+            {"metadata": {"annotations": ann}},
+            "application/merge-patch+json",
+        )
+
+    def delete_pod(self, ns: str, name: str, grace: int | None = None) -> None:
+        body = {"gracePeriodSeconds": grace} if grace is not None else None
+        self.req("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", body)
+
+    def events(self, ns: str) -> list[dict[str, Any]]:
+        return list(self.req("GET", f"/api/v1/namespaces/{ns}/events")["items"])
+
+    def apiserver_requests(self) -> dict[tuple[str, str, str], float]:
+        """apiserver_request_total summed by (verb, resource, code)."""
+        status, text = self.api.request("GET", "/metrics")
+        assert status == 200
+        counts: dict[tuple[str, str, str], float] = {}
+        for line in str(text).splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels_s, value = line[len("apiserver_request_total{") :].rsplit("} ", 1)
+            labels = dict(
+                kv.split("=", 1) for kv in labels_s.replace('"', "").split(",") if "=" in kv
+            )
+            k = (labels.get("verb", ""), labels.get("resource", ""), labels.get("code", ""))
+            counts[k] = counts.get(k, 0.0) + float(value)
+        return counts
+
+
+class ApiFailure(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"{status}: {body}")
+        self.status = status
+        self.body = body
+
+
+def condition(job: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in ((job or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def is_true(job: dict[str, Any] | None, type_: str) -> bool:
+    c = condition(job, type_)
+    return bool(c and c.get("status") == "True")
+
+
+def env_of(pod: dict[str, Any], var: str, container: str = "tensorflow") -> str | None:
+    for c in pod["spec"]["containers"]:
+        if c["name"] == container:
+            for e in c.get("env") or []:
+                if e["name"] == var:
+                    return str(e.get("value"))
+    return None
+
+
+class PodHistory:
+    """Watches pods of a namespace in a thread and checks an invariant on every event:
+    never two live (not deleted) pods for one (job, replica type, index)."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.cluster = cluster
+        self.ns = ns
+        self.violations: list[str] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.live: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PodHistory:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        api = self.cluster.api
+        _, lst = api.request("GET", f"/api/v1/namespaces/{self.ns}/pods")
+        for p in lst["items"]:
+            self.live[p["metadata"]["uid"]] = p
+        rv = lst["metadata"]["resourceVersion"]
+        self._ready.set()
+        ctx: ssl.SSLContext = api.ctx
+        while not self._stop.is_set():
+            url = (
+                f"{api.base}/api/v1/namespaces/{self.ns}/pods?watch=true&resourceVersion={rv}"
+                "&timeoutSeconds=5&allowWatchBookmarks=true"
+            )
+            try:
+                with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+                    for raw in r:
+                        ev = json.loads(raw)
+                        obj = ev["object"]
+                        rv = obj["metadata"].get("resourceVersion", rv)
+                        if ev["type"] == "BOOKMARK":
+                            continue
+                        self._observe(ev["type"], obj)
+                        if self._stop.is_set():
+                            break
+            except OSError:
+                continue
+
+    def _observe(self, type_: str, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        self.events.append((type_, pod["metadata"]["name"], uid))
+        if type_ == "DELETED":
+            self.live.pop(uid, None)
+        else:
+            self.live[uid] = pod
+        slots: dict[tuple[str, str, str], list[str]] = {}
+        for p in self.live.values():
+            labels = p["metadata"].get("labels") or {}
+            k = (
+                labels.get("training.kubeflow.org/job-name", ""),
+                labels.get("training.kubeflow.org/replica-type", ""),
+                labels.get("training.kubeflow.org/replica-index", ""),
+            )
+            slots.setdefault(k, []).append(p["metadata"]["name"])
+        for k, names in slots.items():
+            if len(names) > 1:
+                self.violations.append(f"two live pods for {k}: {names}")
