@@ -26,8 +26,8 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module))
-            # "from controller import workqueue" imports controller.workqueue.
+            # "from controller import workqueue" imports controller.workqueue, and
+            # "from controller.types import JSON" names controller.types.JSON.
             found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level > 0:
             pkg = path.parent.name

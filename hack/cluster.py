@@ -524,7 +524,9 @@ def install_crds(api: Api) -> None:
             status, body = api.request(
                 "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}"
             )
-            conds = (body or {}).get("status", {}).get("conditions", []) if status == 200 else []
+            conds = (
+                ((body or {}).get("status") or {}).get("conditions") or [] if status == 200 else []
+            )
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conds):
                 return False
         return True

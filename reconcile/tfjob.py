@@ -31,6 +31,7 @@ from controller.types import (
     Result,
     split_key,
 )
+from reconcile.metrics import JobMetrics
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 
 log = structlog.get_logger("tfjob")
@@ -86,8 +87,10 @@ class TFJobReconciler:
         events: EventSink,
         clock: Clock,
         config: PlanConfig | None = None,
+        metrics: JobMetrics | None = None,
         max_concurrent_writes: int = 64,
     ) -> None:
+        self.metrics = metrics
         self.caches = caches
         self.writers = writers
         self.expectations = expectations
@@ -112,9 +115,7 @@ class TFJobReconciler:
         # 3. Don't act on a stale view of our own writes: every create/delete we issued
         #    and the job's last status write must be visible in the caches first, or the
         #    plan would create a pod that already exists or undo a status just written.
-        if not all(
-            self.expectations.satisfied(k) for k in (key, pods_key(key), services_key(key))
-        ):
+        if not all(self.expectations.satisfied(k) for k in (key, pods_key(key), services_key(key))):
             structlog.contextvars.bind_contextvars(outcome="awaiting-expectations")
             return Result(requeue_after=UNSATISFIED_RECHECK_SECONDS)
         # 4. Owned children, from the cache indexes.
@@ -142,6 +143,8 @@ class TFJobReconciler:
         #    is stored (a failed write retries the pass, which would repeat them).
         for ev in plan.events:
             self.events.event(job, ev.type, ev.reason, ev.message)
+            if self.metrics is not None:
+                self.metrics.transition(job, ev.reason)
         structlog.contextvars.bind_contextvars(
             created=outcome.created,
             deleted=outcome.deleted,
@@ -282,6 +285,8 @@ class TFJobReconciler:
             raise
         outcome.deleted += 1
         self.events.event(job, "Normal", "SuccessfulDeleteJob", f"Deleted job: {meta['name']}")
+        if self.metrics is not None:
+            self.metrics.transition(job, "SuccessfulDeleteJob")
 
 
 def _ns(obj: Mapping[str, Any]) -> str:
@@ -291,5 +296,3 @@ def _ns(obj: Mapping[str, Any]) -> str:
 def _short(e: BaseException) -> str:
     msg = str(e)
     return msg if len(msg) <= 300 else msg[:297] + "..."
-
-

@@ -181,7 +181,7 @@ class Kube:
         return list(self.req("GET", f"/api/v1/namespaces/{ns}/events")["items"])
 
     def apiserver_requests(self) -> dict[tuple[str, str, str], float]:
-        """apiserver_request_total summed by (verb, resource, code)."""
+        """apiserver_request_total on main resources, summed by (verb, resource, code)."""
         status, text = self.api.request("GET", "/metrics")
         assert status == 200
         counts: dict[tuple[str, str, str], float] = {}
@@ -192,6 +192,8 @@ class Kube:
             labels = dict(
                 kv.split("=", 1) for kv in labels_s.replace('"', "").split(",") if "=" in kv
             )
+            if labels.get("subresource"):
+                continue  # e.g. POST pods/binding by the scheduler
             k = (labels.get("verb", ""), labels.get("resource", ""), labels.get("code", ""))
             counts[k] = counts.get(k, 0.0) + float(value)
         return counts

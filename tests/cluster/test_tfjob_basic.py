@@ -117,6 +117,7 @@ def test_chief_success_finishes_job(
     job["spec"]["runPolicy"]["cleanPodPolicy"] = "None"
     name = kube.create_tfjob(namespace, job)["metadata"]["name"]
     wait_for(lambda: all_running(kube, namespace, name, 4), 60, "4 running pods")
+    wait_for(lambda: is_true(kube.tfjob(namespace, name), "Running"), 30, "job Running")
     kube.exit_pod(namespace, f"{name}-chief-0", 0)
     done = wait_for(
         lambda: is_true(j := kube.tfjob(namespace, name), "Succeeded") and j, 30, "Succeeded"
@@ -137,6 +138,7 @@ def test_worker_failure_under_never_fails_job(
     job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "Never"
     name = kube.create_tfjob(namespace, job)["metadata"]["name"]
     wait_for(lambda: all_running(kube, namespace, name, 4), 60, "4 running pods")
+    wait_for(lambda: is_true(kube.tfjob(namespace, name), "Running"), 30, "job Running")
     kube.exit_pod(namespace, f"{name}-worker-1", 1)
     failed = wait_for(
         lambda: is_true(j := kube.tfjob(namespace, name), "Failed") and j, 30, "Failed"

@@ -1,0 +1,278 @@
+"""The HTTP layer: cluster config, authentication, throttling, timeouts, JSON.
+
+Contract:
+- ``load_configuration`` reads a kubeconfig (explicit path/context, else $KUBECONFIG or
+  ~/.kube/config) or, inside a pod, the service-account token; kubernetes-asyncio does
+  the parsing, nothing else of its generated client is used.
+- ``KubeApi.request`` sends one request and returns the body decoded by orjson into
+  plain dicts (no generated models: they cost a double JSON round-trip per object).
+  Non-2xx answers and transport failures raise ``controller.errors`` types.
+- All requests, watches included, pass one client-side token bucket (qps/burst;
+  ``qps <= 0`` disables it), so a hot loop cannot flood the apiserver.
+- Watches use their own connection pool: aiohttp speaks HTTP/1.1, so every open watch
+  pins a connection and would otherwise starve ordinary requests. Every request has a
+  total timeout; a stream has a per-read timeout instead, so a half-open connection is
+  noticed even though the stream itself is long-lived.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio.client.configuration import Configuration
+
+from controller import errors
+from controller.clock import SystemClock
+from controller.ratelimit import TokenBucket
+from controller.types import JSON, Clock
+
+#: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
+#: full object can exceed that a little).
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    qps: float = 50.0
+    burst: int = 100
+    request_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    #: No bytes for this long on a stream means the connection is dead. The apiserver
+    #: sends a bookmark about every minute on watches that ask for them.
+    stream_read_timeout: float = 90.0
+    pool_size: int = 50
+    #: 0 = unlimited: each watch holds one connection for its whole life.
+    stream_pool_size: int = 0
+    user_agent: str = "tfjob-controller"
+
+
+async def load_configuration(
+    kubeconfig: str | None = None, context: str | None = None
+) -> Configuration:
+    """Cluster address and credentials: an explicit kubeconfig wins, then in-cluster
+    service-account config when running in a pod, then the default kubeconfig."""
+    cfg = Configuration()
+    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+        kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return cfg
+    await kube_config.load_kube_config(
+        config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
+    )
+    return cfg
+
+
+def _ssl_context(cfg: Configuration) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _encode_default(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def encode_json(body: Any) -> bytes:
+    return orjson.dumps(body, default=_encode_default)
+
+
+def _decode_error(status: int, data: bytes) -> errors.ApiError:
+    try:
+        body = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        body = {"message": data[:500].decode("utf-8", "replace")}
+    return errors.error_from_status(status, body)
+
+
+class KubeApi:
+    """One apiserver connection: two aiohttp sessions, auth, throttling, decoding."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        settings: ClientSettings | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.configuration = configuration
+        self.settings = settings or ClientSettings()
+        self._clock = clock or SystemClock()
+        self._bucket = TokenBucket(self.settings.qps, self.settings.burst, self._clock)
+        self._host = str(configuration.host).rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+        self._stream_session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    async def from_kubeconfig(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        settings: ClientSettings | None = None,
+    ) -> KubeApi:
+        return cls(await load_configuration(kubeconfig, context), settings)
+
+    async def __aenter__(self) -> KubeApi:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for session in (self._session, self._stream_session):
+            if session is not None:
+                await session.close()
+        self._session = self._stream_session = None
+
+    def _new_session(self, pool_size: int) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=pool_size, ssl=_ssl_context(self.configuration))
+        return aiohttp.ClientSession(
+            connector=connector,
+            json_serialize=lambda o: encode_json(o).decode(),
+            read_bufsize=2**21,
+            headers={"User-Agent": self.settings.user_agent, "Accept": "application/json"},
+        )
+
+    def _get_session(self, stream: bool) -> aiohttp.ClientSession:
+        # Sessions are created lazily because aiohttp binds them to the running loop.
+        if stream:
+            if self._stream_session is None:
+                self._stream_session = self._new_session(self.settings.stream_pool_size)
+            return self._stream_session
+        if self._session is None:
+            self._session = self._new_session(self.settings.pool_size)
+        return self._session
+
+    async def _auth_headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        # auth_settings() runs the token refresh hook (in-cluster projected tokens rotate)
+        settings = await self.configuration.auth_settings()
+        bearer = settings.get("BearerToken")
+        if bearer and bearer.get("value"):
+            headers["Authorization"] = str(bearer["value"])
+        elif self.configuration.username:
+            headers["Authorization"] = str(self.configuration.get_basic_auth_token())
+        return headers
+
+    def _request_kwargs(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        headers: dict[str, str],
+        data: bytes | None,
+        timeout: aiohttp.ClientTimeout,
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "method": method,
+            "url": self._host + path,
+            "params": dict(params) if params else None,
+            "headers": headers,
+            "data": data,
+            "timeout": timeout,
+        }
+        if self.configuration.tls_server_name:
+            kwargs["server_hostname"] = self.configuration.tls_server_name
+        if self.configuration.proxy:
+            kwargs["proxy"] = self.configuration.proxy
+        return kwargs
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = None,
+    ) -> JSON:
+        """Send one request; return the decoded JSON body ({} when empty)."""
+        headers = await self._auth_headers()
+        data = None
+        if body is not None:
+            data = encode_json(body)
+            headers["Content-Type"] = content_type
+        total = request_timeout if request_timeout is not None else self.settings.request_timeout
+        client_timeout = aiohttp.ClientTimeout(total=total, connect=self.settings.connect_timeout)
+        await self._bucket.acquire()
+        session = self._get_session(stream=False)
+        try:
+            async with session.request(
+                **self._request_kwargs(method, path, params, headers, data, client_timeout)
+            ) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise errors.ConnectionFailed(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if not 200 <= status < 300:
+            raise _decode_error(status, raw)
+        if not raw:
+            return {}
+        decoded = orjson.loads(raw)
+        return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[AsyncIterator[JSON]]:
+        """Open a newline-delimited JSON stream (a watch). The yielded iterator ends on
+        a clean close; a read timeout or broken connection raises ConnectionFailed."""
+        headers = await self._auth_headers()
+        sock_read = read_timeout if read_timeout is not None else self.settings.stream_read_timeout
+        client_timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.settings.connect_timeout, sock_read=sock_read
+        )
+        await self._bucket.acquire()
+        session = self._get_session(stream=True)
+        try:
+            resp = await session.request(
+                **self._request_kwargs("GET", path, params, headers, None, client_timeout)
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise errors.ConnectionFailed(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        try:
+            if not 200 <= resp.status < 300:
+                try:
+                    raw = await resp.read()
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    raw = b""
+                raise _decode_error(resp.status, raw)
+            yield self._lines(resp, path)
+        finally:
+            # a stream abandoned mid-body must not go back to the pool half-read
+            if resp.content.at_eof():
+                resp.release()
+            else:
+                resp.close()
+
+    async def _lines(self, resp: aiohttp.ClientResponse, path: str) -> AsyncIterator[JSON]:
+        while True:
+            try:
+                line = await resp.content.readline(max_line_length=MAX_LINE_BYTES)
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+                raise errors.ConnectionFailed(
+                    f"stream {path}: {type(exc).__name__}: {exc}"
+                ) from exc
+            if not line:
+                return
+            line = line.strip()
+            if line:
+                yield orjson.loads(line)

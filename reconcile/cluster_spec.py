@@ -1,0 +1,141 @@
+"""TF_CONFIG: the cluster description every TensorFlow process reads (semantics §4.6).
+
+The value must be byte-identical to upstream's, because user code and TensorFlow's
+``TFConfigClusterResolver`` parse it and people diff it when debugging. Upstream builds it
+with Go's ``json.Marshal``, which means:
+
+- compact output, no spaces;
+- map keys sorted (the ``cluster`` map), struct fields in declaration order
+  (``cluster``, ``task{type,index}``, ``environment``);
+- ``<``, ``>``, ``&``, U+2028 and U+2029 escaped as ``\\u003c`` etc.;
+- a nil slice marshals as ``null`` (the sparse form's ``"ps":null`` when there is no PS).
+
+Dynamic workers (``enableDynamicWorker``) get upstream's sparse form: each worker sees only
+itself and the PS list, each PS only itself, so workers can come and go without the others'
+configs going stale. Deliberate fix (upstream #1763, unmerged PR #1764): upstream gives the
+Chief/Master an empty cluster, so the coordinator cannot reach any worker or PS. We give the
+Chief/Master the full, dense TF_CONFIG instead — the same value a non-dynamic job gets — since
+the coordinator of parameter-server training must address every worker and PS. The Evaluator
+keeps upstream's empty sparse cluster: it only reads checkpoints and joins no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconcile.labels import CHIEF_TYPES, replica_name
+
+TF_CONFIG_ENV = "TF_CONFIG"
+DEFAULT_CONTAINER_NAME = "tensorflow"
+DEFAULT_PORT_NAME = "tfjob-port"
+DEFAULT_PORT = 2222
+
+#: The replica types upstream counts when deciding whether a job is distributed.
+KNOWN_TYPES = ("Chief", "Evaluator", "Master", "PS", "Worker")
+
+
+@dataclass(frozen=True)
+class ClusterMember:
+    """What TF_CONFIG needs to know about one replica type."""
+
+    replicas: int
+    port: int = DEFAULT_PORT
+
+
+def tensorflow_container(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The first container named ``tensorflow`` in a pod template, if any."""
+    for container in template.get("spec", {}).get("containers") or []:
+        if isinstance(container, Mapping) and container.get("name") == DEFAULT_CONTAINER_NAME:
+            return container
+    return None
+
+
+def tf_port(template: Mapping[str, Any]) -> int:
+    """containerPort of the ``tfjob-port`` port of the tensorflow container, else 2222."""
+    container = tensorflow_container(template)
+    if container is not None:
+        for port in container.get("ports") or []:
+            if isinstance(port, Mapping) and port.get("name") == DEFAULT_PORT_NAME:
+                value = port.get("containerPort")
+                if isinstance(value, int):
+                    return value
+    return DEFAULT_PORT
+
+
+def is_distributed(members: Mapping[str, ClusterMember]) -> bool:
+    """Upstream sets no TF_CONFIG when the known replica types add up to exactly one pod."""
+    return sum(m.replicas for rt, m in members.items() if rt in KNOWN_TYPES) != 1
+
+
+def address(
+    job_name: str, namespace: str, rtype: str, index: int, port: int, cluster_domain: str | None
+) -> str:
+    host = f"{replica_name(job_name, rtype, index)}.{namespace}.svc"
+    if cluster_domain:
+        host = f"{host}.{cluster_domain}"
+    return f"{host}:{port}"
+
+
+def cluster_spec(
+    job_name: str,
+    namespace: str,
+    members: Mapping[str, ClusterMember],
+    cluster_domain: str | None = None,
+) -> dict[str, list[str]]:
+    """{lower(rtype): [address of index 0, 1, ...]} for every replica type, sorted by key."""
+    spec: dict[str, list[str]] = {}
+    for rtype in sorted(members, key=str.lower):
+        m = members[rtype]
+        spec[rtype.lower()] = [
+            address(job_name, namespace, rtype, i, m.port, cluster_domain)
+            for i in range(m.replicas)
+        ]
+    return dict(sorted(spec.items()))
+
+
+def go_json(value: Any) -> str:
+    """Serialise like Go's json.Marshal: compact, HTML-safe escaping, UTF-8 kept as is."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def tf_config(
+    job_name: str,
+    namespace: str,
+    members: Mapping[str, ClusterMember],
+    rtype: str,
+    index: int,
+    *,
+    cluster_domain: str | None = None,
+    dynamic_worker: bool = False,
+) -> str | None:
+    """The TF_CONFIG value for pod (rtype, index), or None for a single-replica job."""
+    if not is_distributed(members):
+        return None
+    cluster = cluster_spec(job_name, namespace, members, cluster_domain)
+    task = {"type": rtype.lower(), "index": index}
+    if dynamic_worker and rtype not in CHIEF_TYPES:
+        return go_json({"cluster": _sparse(cluster, rtype.lower(), index), "task": task})
+    return go_json({"cluster": cluster, "task": task, "environment": "cloud"})
+
+
+def _sparse(cluster: Mapping[str, list[str]], rtype: str, index: int) -> dict[str, Any]:
+    # Field order worker, ps: the order of upstream's SparseClusterSpec struct.
+    workers: dict[str, str] = {}
+    ps: list[str] | None = []
+    if rtype == "ps":
+        ps = [cluster["ps"][index]]
+    elif rtype == "worker":
+        workers[str(index)] = cluster["worker"][index]
+        # Go copies the PS slice; a job without PS has a nil slice, which marshals as null.
+        ps = list(cluster["ps"]) if "ps" in cluster else None
+    return {"worker": workers, "ps": ps}

@@ -1,0 +1,269 @@
+"""Restart policies and replica accounting: what each observed pod means for its index.
+
+Upstream decides from the pods that happen to exist and restarts by deleting a failed pod
+and creating the next one on a later pass, with no delay, no durable count and no memory of
+finished indexes (semantics §4.7, §4.8, §9). Here every decision is a pure function of the
+pods and the durable per-index record in status (``ReplicaStatus``):
+
+- an index whose pod succeeded is recorded in ``succeededIndexes`` and never re-run, even if
+  its pod is garbage-collected later (upstream #1186);
+- an index that failed for good (restartPolicy Never, or ExitCode with a permanent code)
+  is recorded in ``failedIndexes``;
+- a pod that ended and will be replaced is accounted once, keyed by its UID
+  (``indexRetries[i].lastPodUID``): a *failure* adds one to ``restarts`` (bounded by
+  backoffLimit) and to the index's backoff exponent; a *disruption* (eviction,
+  preemption, deletion by someone else) adds one to ``disruptions`` only;
+- container restarts done by kubelet in place are folded into ``restarts`` by increase
+  over the last observed count of the same pod UID, so no reconcile counts one twice;
+- a replacement is created only once the old pod is gone from the API (a terminating pod
+  still occupies its index: two TensorFlow tasks with one identity must never overlap,
+  k8s#115844) and its backoff has elapsed: base * 2^(failures-1), capped, where a pod that
+  ran for ``reset_after`` seconds starts the count afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from controller.types import JSON
+from reconcile.pods import (
+    created_at,
+    deletion_requested_at,
+    exit_code,
+    finished_at,
+    has_condition,
+    is_terminating,
+    phase_of,
+    restart_count,
+    started_at,
+    uid_of,
+)
+from reconcile.status_types import IndexRetry, ReplicaStatus, format_indexes, parse_indexes
+
+ALWAYS = "Always"
+ON_FAILURE = "OnFailure"
+NEVER = "Never"
+EXIT_CODE = "ExitCode"
+
+
+class PodOutcome(Enum):
+    PENDING = "pending"  # not running yet: occupies its index
+    RUNNING = "running"  # active
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"  # failed; replace it, counting against backoffLimit
+    DISRUPTED = "disrupted"  # ended by something outside the job; replace, not counted
+    FAIL_NEVER = "fail-never"  # failed under restartPolicy Never: the index failed for good
+    FAIL_EXIT_CODE = "fail-exit-code"  # ExitCode policy, permanent exit code
+    LEFTOVER = "leftover"  # terminating pod we deleted ourselves (suspend): just wait
+
+
+def is_permanent_exit_code(code: int) -> bool:
+    """ExitCode policy: 1-127 is the program's own verdict; 128+ means killed by a signal
+    (OOM, preemption, SIGTERM), worth retrying. 0 in a Failed pod means another container
+    failed, and a missing exit code means the container never ran: both retryable."""
+    return 1 <= code <= 127
+
+
+def is_disrupted(pod: Mapping[str, Any]) -> bool:
+    """Evicted by kubelet, or marked for disruption (preemption, taint eviction, node
+    shutdown, PodGC) with the DisruptionTarget condition."""
+    return (pod.get("status") or {}).get("reason") == "Evicted" or has_condition(
+        pod, "DisruptionTarget"
+    )
+
+
+def failed_before_deletion(pod: Mapping[str, Any]) -> bool:
+    """A Failed pod that also carries a deletionTimestamp either failed first and was then
+    deleted (by us, replacing it) or was killed by the deletion. The container finish time
+    against the DELETE time tells the two apart."""
+    requested = deletion_requested_at(pod)
+    finished = finished_at(pod)
+    return requested is not None and finished is not None and finished < requested
+
+
+def pod_outcome(
+    pod: Mapping[str, Any], restart_policy: str, *, resumed_at: datetime | None = None
+) -> PodOutcome:
+    """What one pod means for its index under the replica's restart policy."""
+    phase = phase_of(pod)
+    terminating = is_terminating(pod)
+    if phase == "Succeeded":
+        return PodOutcome.SUCCEEDED
+    if phase == "Failed":
+        if is_disrupted(pod) or (terminating and not failed_before_deletion(pod)):
+            return PodOutcome.DISRUPTED
+        if restart_policy == NEVER:
+            return PodOutcome.FAIL_NEVER
+        if restart_policy == EXIT_CODE and is_permanent_exit_code(exit_code(pod)):
+            return PodOutcome.FAIL_EXIT_CODE
+        return PodOutcome.RETRY
+    if terminating:
+        created = created_at(pod)
+        if resumed_at is not None and created is not None and created <= resumed_at:
+            return PodOutcome.LEFTOVER
+        return PodOutcome.DISRUPTED
+    return PodOutcome.RUNNING if phase == "Running" else PodOutcome.PENDING
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    base_seconds: float = 10.0
+    max_seconds: float = 360.0
+    reset_after_seconds: float = 600.0
+
+    def delay(self, failures: int) -> float:
+        """Wait before replacing a pod after its ``failures``-th consecutive failure."""
+        if failures <= 0:
+            return 0.0
+        # Cap the exponent first: 2**failures would grow without bound for a long history.
+        return float(min(self.base_seconds * 2 ** min(failures - 1, 62), self.max_seconds))
+
+
+@dataclass(frozen=True)
+class ReplicaInput:
+    rtype: str
+    replicas: int
+    restart_policy: str
+    #: enableDynamicWorker and this is the Worker type: failures never fail the job.
+    failures_tolerated: bool = False
+
+
+@dataclass
+class ReplicaOutcome:
+    status: ReplicaStatus
+    create: list[int] = field(default_factory=list)
+    delete: list[JSON] = field(default_factory=list)
+    #: Seconds until the earliest pending replacement is due, if any is waiting.
+    wait: float | None = None
+    #: Some index is between the end of a pod and its replacement running.
+    restarting: bool = False
+    #: How the replica failed for good, if it did (and failures are not tolerated).
+    permanent_failure: PodOutcome | None = None
+    #: Indexes whose ending was newly accounted in this pass (for tests and logs).
+    accounted: list[int] = field(default_factory=list)
+
+
+def account_replica(
+    inp: ReplicaInput,
+    pods_by_index: Mapping[int, Sequence[JSON]],
+    old: ReplicaStatus,
+    now: datetime,
+    backoff: BackoffPolicy,
+    *,
+    resumed_at: datetime | None = None,
+) -> ReplicaOutcome:
+    """Fold the observed pods of one replica type into its durable record and decide which
+    indexes need a pod now, which pods go, and when to look again."""
+    succeeded = set(i for i in parse_indexes(old.succeeded_indexes) if i < inp.replicas)
+    failed = set(i for i in parse_indexes(old.failed_indexes) if i < inp.replicas)
+    retries: dict[int, IndexRetry] = {
+        int(k): v for k, v in old.index_retries.items() if k.isdigit() and int(k) < inp.replicas
+    }
+    out = ReplicaOutcome(status=old)
+    restarts, disruptions, active = old.restarts, old.disruptions, 0
+
+    for index, pods in sorted(pods_by_index.items()):
+        if index >= inp.replicas:
+            # Scale-down: highest indexes go; they are not accounted any more.
+            out.delete.extend(p for p in pods if not is_terminating(p))
+
+    for index in range(inp.replicas):
+        if index in succeeded or index in failed:
+            continue  # the durable terminal record: never re-run, never re-judged
+        rec = retries.get(index, IndexRetry())
+        occupied = False
+        replacement_running = False
+        for pod in pods_by_index.get(index, ()):
+            occupied = True
+            uid = uid_of(pod)
+            if uid and uid == rec.last_pod_uid:
+                # Ended and accounted on an earlier pass; make sure it is on its way out.
+                if not is_terminating(pod):
+                    out.delete.append(pod)
+                continue
+            restarts, rec = _fold_container_restarts(pod, uid, rec, restarts)
+            outcome = pod_outcome(pod, inp.restart_policy, resumed_at=resumed_at)
+            if outcome is PodOutcome.RUNNING:
+                replacement_running = not is_terminating(pod)
+                active += 1
+            elif outcome is PodOutcome.SUCCEEDED:
+                succeeded.add(index)
+            elif outcome in (PodOutcome.FAIL_NEVER, PodOutcome.FAIL_EXIT_CODE):
+                failed.add(index)
+                out.accounted.append(index)
+                if not inp.failures_tolerated and out.permanent_failure is None:
+                    out.permanent_failure = outcome
+            elif outcome is PodOutcome.DISRUPTED:
+                disruptions += 1
+                rec = rec.model_copy(update={"last_pod_uid": uid})
+                out.accounted.append(index)
+                if not is_terminating(pod):
+                    out.delete.append(pod)
+            elif outcome is PodOutcome.RETRY:
+                restarts += 1
+                ended = finished_at(pod) or now
+                started = started_at(pod)
+                ran = (ended - started).total_seconds() if started is not None else 0.0
+                failures = 1 if ran >= backoff.reset_after_seconds else rec.failures + 1
+                rec = rec.model_copy(
+                    update={"failures": failures, "last_failure_time": ended, "last_pod_uid": uid}
+                )
+                out.accounted.append(index)
+                if not is_terminating(pod):
+                    out.delete.append(pod)
+            # PENDING and LEFTOVER just occupy the index.
+
+        if index in succeeded or index in failed:
+            retries.pop(index, None)  # terminal: the retry state has served its purpose
+            continue
+        if rec.last_pod_uid is not None:
+            if replacement_running:
+                # Recovered: the ended pod is gone (its replacement exists), forget its UID.
+                rec = rec.model_copy(update={"last_pod_uid": None})
+            else:
+                out.restarting = True
+        if not occupied:
+            due = _backoff_due(rec, backoff)
+            if due is not None and due > now:
+                remaining = (due - now).total_seconds()
+                out.wait = remaining if out.wait is None else min(out.wait, remaining)
+            else:
+                out.create.append(index)
+        retries[index] = rec
+
+    out.status = old.model_copy(
+        update={
+            "active": active,
+            "succeeded": len(succeeded),
+            "failed": len(failed),
+            "restarts": restarts,
+            "disruptions": disruptions,
+            "succeeded_indexes": format_indexes(succeeded),
+            "failed_indexes": format_indexes(failed),
+            "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != IndexRetry()},
+        }
+    )
+    return out
+
+
+def _fold_container_restarts(
+    pod: Mapping[str, Any], uid: str, rec: IndexRetry, restarts: int
+) -> tuple[int, IndexRetry]:
+    count = restart_count(pod)
+    if count <= 0:
+        return restarts, rec
+    seen = rec.container_restarts if rec.pod_uid == uid else 0
+    if count > seen:
+        restarts += count - seen
+        rec = rec.model_copy(update={"pod_uid": uid, "container_restarts": count})
+    return restarts, rec
+
+
+def _backoff_due(rec: IndexRetry, backoff: BackoffPolicy) -> datetime | None:
+    if rec.failures <= 0 or rec.last_failure_time is None:
+        return None
+    return rec.last_failure_time + timedelta(seconds=backoff.delay(rec.failures))

@@ -1,0 +1,187 @@
+"""The TFJob ``.status`` as pydantic models (kubeflow.org/v1 JobStatus plus our extensions).
+
+The upstream JSON names are kept exactly (``conditions``, ``replicaStatuses``, ``startTime``,
+``completionTime``, ``lastReconcileTime``); the CRD generator derives the status schema from
+these models, so every field the reconciler persists must be declared here.
+
+Extensions, and why they exist (upstream derives everything from the pods that happen to
+exist, so pod GC or a controller restart loses history — semantics §9.2, §9.3):
+
+- ``observedGeneration``: the ``metadata.generation`` this status was computed for.
+- per replica type ``restarts``: retries counted against ``runPolicy.backoffLimit`` (our pod
+  recreations plus container restarts observed in place), durable across controller restarts.
+- per replica type ``disruptions``: pods replaced because something outside the job ended them
+  (eviction, preemption, deletion by someone else); they do not count against backoffLimit.
+- per replica type ``succeededIndexes`` / ``failedIndexes``: the durable terminal record, in the
+  compact interval form of batch/v1 ``completedIndexes`` ("0-2,5"). An index recorded here is
+  never re-run, even when its pod has been garbage-collected.
+- per replica type ``indexRetries``: per-index retry state ({failures, lastFailureTime,
+  lastPodUID, podUID, containerRestarts}) so the replacement backoff and the restart counter
+  are derived from status alone and survive controller restarts without double counting.
+
+Serialisation mirrors Go's ``omitempty``: zero values are left out, timestamps are RFC 3339
+at second precision with a ``Z`` suffix (``metav1.Time``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+)
+from pydantic.alias_generators import to_camel
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC at second precision, as metav1.Time marshals."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _as_utc_seconds(value: datetime) -> datetime:
+    # metav1.Time has second precision; truncating on the way in keeps a parsed status and a
+    # freshly computed one comparable field by field.
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).replace(microsecond=0)
+
+
+Time = Annotated[
+    datetime,
+    AfterValidator(_as_utc_seconds),
+    PlainSerializer(format_time, return_type=str, when_used="json"),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+    )
+
+
+class JobCondition(_Model):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_update_time: Time | None = None
+    last_transition_time: Time | None = None
+
+
+class IndexRetry(_Model):
+    """Durable retry state of one (replica type, index)."""
+
+    #: Failures since the backoff was last reset; the replacement delay grows with it.
+    failures: int = 0
+    #: When the last counted failure happened; the replacement is due this + backoff.
+    last_failure_time: Time | None = None
+    #: UID of the last pod whose end (failure or disruption) has been accounted, so the
+    #: same pod seen again on a later reconcile is not counted twice.
+    last_pod_uid: str | None = Field(default=None, alias="lastPodUID")
+    #: The pod whose container restartCounts are folded into restarts so far.
+    pod_uid: str | None = Field(default=None, alias="podUID")
+    #: The restartCount total of podUID already folded into restarts.
+    container_restarts: int = 0
+
+
+class ReplicaStatus(_Model):
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    label_selector: dict[str, Any] | None = None
+    selector: str | None = None
+    #: Retries counted against runPolicy.backoffLimit: pod recreations after a failure plus
+    #: container restarts done in place.
+    restarts: int = 0
+    #: Pods replaced because something outside the job ended them (eviction, preemption,
+    #: deletion); not counted against backoffLimit.
+    disruptions: int = 0
+    #: Indexes whose pod succeeded, e.g. "0-2,5"; they are never run again.
+    succeeded_indexes: str = ""
+    #: Indexes that failed for good (restartPolicy Never, or a permanent ExitCode).
+    failed_indexes: str = ""
+    #: Per-index retry state, keyed by index; only indexes with a history appear.
+    index_retries: dict[str, IndexRetry] = Field(default_factory=dict)
+
+
+class JobStatus(_Model):
+    conditions: list[JobCondition] = Field(default_factory=list)
+    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
+    start_time: Time | None = None
+    completion_time: Time | None = None
+    last_reconcile_time: Time | None = None
+    #: The metadata.generation of the TFJob this status was computed from.
+    observed_generation: int | None = None
+
+    @classmethod
+    def from_json(cls, obj: object) -> JobStatus:
+        """Parse a stored status; anything unreadable counts as "no status yet"."""
+        if not isinstance(obj, dict):
+            return cls()
+        try:
+            return cls.model_validate(obj)
+        except ValidationError:
+            return cls()
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON body written to the status subresource (Go ``omitempty`` style)."""
+        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        # The v1 SDK models expect both keys to be present once the job has a status.
+        out.setdefault("conditions", [])
+        out.setdefault("replicaStatuses", {})
+        return out
+
+
+# --- compact index sets ("0-2,5"), the format of batch/v1 completedIndexes -----------------
+
+
+def parse_indexes(text: str) -> frozenset[int]:
+    """Parse "0-2,5" into {0, 1, 2, 5}; malformed parts are ignored rather than fatal."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        first, sep, last = part.partition("-")
+        try:
+            lo = int(first)
+            hi = int(last) if sep else lo
+        except ValueError:
+            continue
+        if 0 <= lo <= hi:
+            out.update(range(lo, hi + 1))
+    return frozenset(out)
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """Format {0, 1, 2, 5} as "0-2,5" (sorted, ranges of 2+ collapse to "a-b")."""
+    parts: list[str] = []
+    run_start: int | None = None
+    prev: int | None = None
+    for i in sorted(set(indexes)):
+        if run_start is None:
+            run_start = prev = i
+            continue
+        assert prev is not None
+        if i == prev + 1:
+            prev = i
+            continue
+        parts.append(_run(run_start, prev))
+        run_start = prev = i
+    if run_start is not None and prev is not None:
+        parts.append(_run(run_start, prev))
+    return ",".join(parts)
+
+
+def _run(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}-{hi}"

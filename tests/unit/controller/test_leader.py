@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from controller import errors
+from controller.clock import FakeClock
+from controller.leader import LeaseElector
+from controller.types import JSON
+
+
+class FakeLeases:
+    """One namespace's Leases with apiserver-like RV checks and injectable failures."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, JSON] = {}
+        self.rv = 0
+        self.fail: BaseException | None = None
+
+    def _check(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+
+    async def get(self, namespace: str | None, name: str) -> JSON | None:
+        self._check()
+        obj = self.objects.get(name)
+        return copy.deepcopy(obj) if obj else None
+
+    async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
+        self._check()
+        name = body["metadata"]["name"]
+        if name in self.objects:
+            raise errors.AlreadyExists(409, "AlreadyExists", name)
+        return self._store(name, dict(body))
+
+    async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+        self._check()
+        current = self.objects[name]
+        if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict(409, "Conflict", "stale")
+        return self._store(name, dict(body))
+
+    def _store(self, name: str, body: JSON) -> JSON:
+        self.rv += 1
+        obj = copy.deepcopy(body)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects[name] = obj
+        return copy.deepcopy(obj)
+
+    def holder(self, name: str = "lock") -> str | None:
+        obj = self.objects.get(name)
+        return obj["spec"].get("holderIdentity") if obj else None
+
+
+def elector(leases: FakeLeases, clock: FakeClock, identity: str) -> LeaseElector:
+    return LeaseElector(
+        leases,  # type: ignore[arg-type]
+        namespace="ns",
+        name="lock",
+        identity=identity,
+        clock=clock,
+    )
+
+
+async def test_first_candidate_creates_and_second_waits_full_lease() -> None:
+    clock, leases = FakeClock(), FakeLeases()
+    a, b = elector(leases, clock, "a"), elector(leases, clock, "b")
+    assert await a.try_acquire_or_renew()
+    assert leases.holder() == "a"
+    assert not await b.try_acquire_or_renew()
+    clock.advance(14.9)
+    assert not await b.try_acquire_or_renew(), "b must wait a full lease from its observation"
+    clock.advance(0.2)
+    assert await b.try_acquire_or_renew()
+    spec = leases.objects["lock"]["spec"]
+    assert spec["holderIdentity"] == "b"
+    assert spec["leaseTransitions"] == 1
+
+
+async def test_renewals_keep_followers_out() -> None:
+    clock, leases = FakeClock(), FakeLeases()
+    a, b = elector(leases, clock, "a"), elector(leases, clock, "b")
+    assert await a.try_acquire_or_renew()
+    for _ in range(20):
+        clock.advance(2.0)
+        assert await a.try_acquire_or_renew()
+        assert not await b.try_acquire_or_renew()
+    assert leases.objects["lock"]["spec"]["leaseTransitions"] == 0
+
+
+async def test_release_lets_follower_in_at_once() -> None:
+    clock, leases = FakeClock(), FakeLeases()
+    a, b = elector(leases, clock, "a"), elector(leases, clock, "b")
+    await a.acquire()
+    assert not await b.try_acquire_or_renew()
+    await a.release()
+    assert leases.holder() == ""
+    assert leases.objects["lock"]["spec"]["leaseDurationSeconds"] == 1
+    assert await b.try_acquire_or_renew()
+
+
+async def test_release_does_not_touch_someone_elses_lease() -> None:
+    clock, leases = FakeClock(), FakeLeases()
+    a = elector(leases, clock, "a")
+    await a.acquire()
+    leases.objects["lock"]["spec"]["holderIdentity"] = "intruder"
+    await a.release()
+    assert leases.holder() == "intruder"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(errors.ServerError(503, "", "down"), id="apiserver-errors"),
+        pytest.param(errors.ConnectionFailed("refused"), id="connection-refused"),
+    ],
+)
+async def test_hold_returns_after_renew_deadline_of_failures(failure: errors.ApiError) -> None:
+    clock, leases = FakeClock(), FakeLeases()
+    a = elector(leases, clock, "a")
+    await a.acquire()
+    start = clock.monotonic()
+    lost_at: list[float] = []
+    async with anyio.create_task_group() as tg:
+
+        async def hold() -> None:
+            await a.hold()
+            lost_at.append(clock.monotonic())
+
+        tg.start_soon(hold)
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(2.0)  # one good renewal
+        await anyio.wait_all_tasks_blocked()
+        leases.fail = failure
+        last_ok = clock.monotonic()
+        with anyio.fail_after(5):
+            while not lost_at:
+                clock.advance(0.5)
+                await anyio.wait_all_tasks_blocked()
+    assert not a.leading
+    assert last_ok + 10.0 <= lost_at[0] <= last_ok + 10.0 + 2.5, (start, last_ok, lost_at)
+    assert lost_at[0] < last_ok + 15.0, "must give up before the lease can expire for others"
+
+
+async def test_hold_returns_when_lease_taken() -> None:
+    clock, leases = FakeClock(), FakeLeases()
+    a = elector(leases, clock, "a")
+    await a.acquire()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a.hold)
+            await anyio.wait_all_tasks_blocked()
+            leases.objects["lock"]["spec"]["holderIdentity"] = "other"
+            clock.advance(2.0)
+    assert not a.leading
+
+
+async def test_acquire_retries_through_errors() -> None:
+    clock, leases = FakeClock(), FakeLeases()
+    a = elector(leases, clock, "a")
+    leases.fail = errors.ServerError(500, "", "boom")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.acquire)
+        await anyio.wait_all_tasks_blocked()
+        assert not a.leading
+        delay = clock.next_deadline() - clock.monotonic()  # type: ignore[operator]
+        assert 2.0 <= delay <= 2.4
+        leases.fail = None
+        clock.advance(delay)
+    assert a.leading and leases.holder() == "a"
+
+
+def test_invalid_timing_rejected() -> None:
+    with pytest.raises(ValueError):
+        LeaseElector(FakeLeases(), namespace="n", name="l", lease_duration=10, renew_deadline=10)  # type: ignore[arg-type]

@@ -1,0 +1,164 @@
+"""Restart-policy decisions and per-index accounting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reconcile.restart import (
+    BackoffPolicy,
+    PodOutcome,
+    ReplicaInput,
+    account_replica,
+    is_permanent_exit_code,
+    pod_outcome,
+)
+from reconcile.status_types import IndexRetry, ReplicaStatus
+from tests.builders import at, make_pod, make_tfjob
+
+JOB = make_tfjob("j").worker(3).obj()
+Out = PodOutcome
+
+
+def pod(index: int = 0) -> Any:
+    return make_pod(JOB, "Worker", index)
+
+
+@pytest.mark.parametrize(
+    ("p", "policy", "want"),
+    [
+        pytest.param(pod().pending(), "Never", Out.PENDING, id="pending"),
+        pytest.param(pod().running(), "Never", Out.RUNNING, id="running"),
+        pytest.param(pod().succeeded(), "Never", Out.SUCCEEDED, id="succeeded"),
+        pytest.param(pod().succeeded().terminating(), "OnFailure", Out.SUCCEEDED, id="succeeded-then-deleted"),
+        pytest.param(pod().failed(1), "Never", Out.FAIL_NEVER, id="never"),
+        pytest.param(pod().failed(137), "Never", Out.FAIL_NEVER, id="never-signal"),
+        pytest.param(pod().failed(1), "OnFailure", Out.RETRY, id="onfailure"),
+        pytest.param(pod().failed(1), "Always", Out.RETRY, id="always"),
+        pytest.param(pod().failed(1), "ExitCode", Out.FAIL_EXIT_CODE, id="exitcode-1"),
+        pytest.param(pod().failed(127), "ExitCode", Out.FAIL_EXIT_CODE, id="exitcode-127"),
+        pytest.param(pod().failed(128), "ExitCode", Out.RETRY, id="exitcode-128"),
+        pytest.param(pod().failed(137), "ExitCode", Out.RETRY, id="exitcode-137"),
+        pytest.param(pod().failed(0), "ExitCode", Out.RETRY, id="exitcode-0-other-container"),
+        pytest.param(pod().failed(None), "ExitCode", Out.RETRY, id="exitcode-no-status"),
+        pytest.param(pod().evicted(), "Never", Out.DISRUPTED, id="evicted"),
+        pytest.param(pod().failed(1).disruption_target(), "Never", Out.DISRUPTED, id="disruption-target"),
+        pytest.param(pod().running().terminating(), "Never", Out.DISRUPTED, id="deleted-running"),
+        pytest.param(pod().pending().terminating(), "Never", Out.DISRUPTED, id="deleted-pending"),
+        pytest.param(pod().failed(143, finished=60).terminating(requested=50), "Never", Out.DISRUPTED,
+                     id="killed-by-delete"),
+        pytest.param(pod().failed(1, finished=40).terminating(requested=50), "Never", Out.FAIL_NEVER,
+                     id="failed-then-deleted"),
+    ],
+)  # fmt: skip
+def test_pod_outcome(p: Any, policy: str, want: PodOutcome) -> None:
+    assert pod_outcome(p.obj(), policy) is want
+
+
+def test_terminating_pod_from_before_resume_is_leftover() -> None:
+    p = pod().running().created(5).terminating().obj()
+    assert pod_outcome(p, "Never", resumed_at=at(10)) is Out.LEFTOVER
+    assert pod_outcome(p, "Never", resumed_at=at(4)) is Out.DISRUPTED
+
+
+@pytest.mark.parametrize(
+    ("code", "want"), [(0, False), (1, True), (127, True), (128, False), (255, False)]
+)
+def test_is_permanent_exit_code(code: int, want: bool) -> None:
+    assert is_permanent_exit_code(code) is want
+
+
+@pytest.mark.parametrize(
+    ("failures", "want"),
+    [(0, 0.0), (1, 10.0), (2, 20.0), (3, 40.0), (6, 320.0), (7, 360.0), (1000, 360.0)],
+)
+def test_backoff_delay(failures: int, want: float) -> None:
+    assert BackoffPolicy().delay(failures) == want
+
+
+B = BackoffPolicy()
+
+
+def account(pods: dict[int, list[Any]], old: ReplicaStatus | None = None, *, policy: str = "OnFailure",
+            replicas: int = 2, now: float = 100, tolerated: bool = False) -> Any:  # fmt: skip
+    return account_replica(
+        ReplicaInput("Worker", replicas, policy, failures_tolerated=tolerated),
+        pods,
+        old or ReplicaStatus(),
+        at(now),
+        B,
+    )
+
+
+def test_missing_indexes_are_created() -> None:
+    out = account({1: [pod(1).running().obj()]})
+    assert out.create == [0] and out.status.active == 1 and not out.restarting
+
+
+def test_failure_accounted_once_by_uid() -> None:
+    failed = pod(0).failed(1, finished=90).uid("a").obj()
+    out = account({0: [failed]}, replicas=1)
+    assert out.status.restarts == 1 and out.delete == [failed] and out.restarting
+    assert out.status.index_retries["0"] == IndexRetry(
+        failures=1, last_failure_time=at(90), last_pod_uid="a"
+    )
+    again = account({0: [failed]}, out.status, replicas=1)  # delete not observed yet: ask again
+    assert again.status.restarts == 1 and again.delete == [failed]
+    terminating = pod(0).failed(1, finished=90).uid("a").terminating(requested=95).obj()
+    third = account({0: [terminating]}, out.status, replicas=1)
+    assert third.status == out.status and third.delete == [] and third.create == []
+
+
+def test_replacement_due_after_backoff() -> None:
+    old = ReplicaStatus(
+        restarts=2,
+        index_retries={"0": IndexRetry(failures=2, last_failure_time=at(90), last_pod_uid="a")},
+    )
+    early = account({}, old, replicas=1, now=100)
+    assert early.create == [] and early.wait == pytest.approx(10) and early.restarting
+    due = account({}, old, replicas=1, now=110)
+    assert due.create == [0] and due.wait is None
+
+
+def test_container_restarts_folded_by_increase() -> None:
+    p1 = pod(0).running().uid("a").restarts(2).obj()
+    out = account({0: [p1]}, replicas=1)
+    assert out.status.restarts == 2
+    same = account({0: [p1]}, out.status, replicas=1)
+    assert same.status == out.status
+    p1_more = pod(0).running().uid("a").restarts(5).obj()
+    assert account({0: [p1_more]}, out.status, replicas=1).status.restarts == 5
+    # A new pod at the index starts from zero again.
+    p2 = pod(0).running().uid("b").restarts(1).obj()
+    assert account({0: [p2]}, out.status, replicas=1).status.restarts == 3
+
+
+def test_terminal_indexes_are_neither_rerun_nor_rejudged() -> None:
+    old = ReplicaStatus(succeeded=1, succeeded_indexes="0", failed=1, failed_indexes="1")
+    out = account({1: [pod(1).failed(1).obj()]}, old, policy="Never")
+    assert out.create == [] and out.permanent_failure is None
+    assert (out.status.succeeded, out.status.failed) == (1, 1)
+
+
+def test_tolerated_failures_record_but_do_not_fail() -> None:
+    out = account({0: [pod(0).failed(1).obj()]}, policy="Never", replicas=1, tolerated=True)
+    assert out.permanent_failure is None and out.status.failed_indexes == "0"
+
+
+def test_scale_down_deletes_highest_indexes_and_forgets_them() -> None:
+    old = ReplicaStatus(succeeded_indexes="2", index_retries={"1": IndexRetry(failures=1)})
+    pods = {i: [pod(i).running().obj()] for i in range(3)}
+    out = account(pods, old, replicas=1)
+    assert [p["metadata"]["name"] for p in out.delete] == ["j-worker-1", "j-worker-2"]
+    assert out.status.succeeded_indexes == "" and out.status.index_retries == {}
+
+
+def test_long_run_resets_backoff_count() -> None:
+    old = ReplicaStatus(index_retries={"0": IndexRetry(failures=4, last_failure_time=at(0))})
+    long_run = pod(0).failed(1, finished=1000, started=100).uid("x").obj()
+    out = account({0: [long_run]}, old, replicas=1, now=1000)
+    assert out.status.index_retries["0"].failures == 1
+    short_run = pod(0).failed(1, finished=200, started=100).uid("y").obj()
+    out = account({0: [short_run]}, old, replicas=1, now=200)
+    assert out.status.index_retries["0"].failures == 5
