@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,lint,bench]'
+	@# kubeflow-training ships a top-level `test` package that would shadow the
+	@# standard library's; nothing of ours uses it.
+	rm -rf $(VENV)/lib/python3*/site-packages/test
 	@touch $@
 
 binaries: venv
