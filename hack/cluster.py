@@ -19,6 +19,7 @@ import datetime as dt
 import ipaddress
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -45,9 +46,28 @@ def cluster_dir() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port *below* the kernel's ephemeral range.
+
+    A port from the ephemeral range (what binding port 0 gives) can be taken, while its
+    server restarts, by a client's outgoing connection to it: a TCP self-connect, after
+    which the restarted server cannot bind. Ports outside that range never are.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    top = min(low, 32768) - 1
+    for _ in range(200):
+        port = rng.randint(max(1024, top - 12000), top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def pid_alive(pid: int) -> bool:
