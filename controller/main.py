@@ -246,6 +246,8 @@ async def run(args: argparse.Namespace) -> int:
                     metrics_address=args.metrics_bind_address,
                     health_address=args.health_probe_bind_address,
                     ready=ready,
+                    # A lease that stopped renewing makes the process unhealthy.
+                    healthy=elector.healthy if elector is not None else None,
                 ),
             ],
         )

@@ -275,6 +275,8 @@ class Manager:
 
     async def _run_phases(self) -> int:
         with anyio.CancelScope() as self._startup_scope:
+            if self._stop.is_set():  # a signal arrived before we got here
+                self._startup_scope.cancel()
             for informer in self.informers:
                 await informer.wait_for_sync()
             log.info("caches synced", informers=[i.name for i in self.informers])

@@ -678,16 +678,17 @@ def cmd_down(opts: argparse.Namespace, keep_logs: bool = False) -> int:
         log(f"no cluster state in {d}; nothing to stop")
         return 0
     pids = [state["pids"][n] for n in reversed(COMPONENTS) if n in state["pids"]]
+    # One at a time, in reverse start order: kube-apiserver shuts down quickly only
+    # while etcd is still there to answer it.
     for pid in pids:
         if pid_alive(pid):
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-    deadline = time.monotonic() + 15
-    for pid in pids:
+        deadline = time.monotonic() + 10
         while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.05)
         if pid_alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -185,10 +185,7 @@ async def test_informer_relists_after_410_and_emits_vanished_deletes(
         async with running_informer(source, namespace, min_watch_timeout=2) as (inf, history):
             await eventually(lambda: inf.stats["watches"] >= 1, "first watch")
             source.gate = anyio.Event()  # close: the next re-watch waits here
-            # A restart breaks the watch and starts the apiserver's watch cache afresh, so
-            # the informer's RV is older than anything it can serve from memory; the
-            # compaction below removes it from etcd too.
-            await anyio.to_thread.run_sync(cluster.restart_apiserver)
+            # the short server timeout ends the current watch; the informer then waits
             await eventually(lambda: source.blocked == 1, "informer waiting to re-watch")
             stale_rv = inf.last_sync_resource_version
 
@@ -196,6 +193,11 @@ async def test_informer_relists_after_410_and_emits_vanished_deletes(
             await eventually(lambda: gone(pods, namespace, "vanish"), "vanish deleted")
             await pods.create(namespace, pod_body("appear"))
             await pods.patch(namespace, "change", {"metadata": {"labels": {"x": "y"}}})
+            # The apiserver's watch cache would still serve the stale RV from memory. A
+            # restart starts the cache afresh at the current revision, after the changes
+            # above; compaction removes the stale RV from etcd too. Only then is a 410
+            # certain.
+            await anyio.to_thread.run_sync(cluster.restart_apiserver)
             revision = await anyio.to_thread.run_sync(cluster.compact_etcd)
             assert revision > int(stale_rv)
 
