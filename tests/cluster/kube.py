@@ -52,8 +52,15 @@ def free_port() -> int:
 class ControllerProcess:
     """tfjob-controller as a real process against the local cluster."""
 
-    def __init__(self, cluster: Cluster, *extra: str, log_name: str = "tfjob-controller") -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *extra: str,
+        log_name: str = "tfjob-controller",
+        kubeconfig: str | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.extra = list(extra)
         self.log_path = cluster.dir / "logs" / f"{log_name}-test.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -67,7 +74,7 @@ class ControllerProcess:
         self.proc = subprocess.Popen(
             [
                 str(exe),
-                f"--kubeconfig={self.cluster.kubeconfig}",
+                f"--kubeconfig={self.kubeconfig}",
                 "--log-format=json",
                 "--log-level=debug",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
