@@ -129,6 +129,33 @@ def test_chief_success_finishes_job(
     assert succ["message"] == f"TFJob {namespace}/{name} successfully completed."
     assert done["status"]["completionTime"]
     assert done["status"]["replicaStatuses"]["Chief"]["succeeded"] == 1
+    created = condition(done, "Created")
+    assert created is not None and created["reason"] == "TFJobCreated"
+    assert created["message"] == f"TFJob {name} is created."
+
+    # Events: upstream reasons, one per transition or object, no per-reconcile repeats.
+    def ours() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in kube.events(namespace)
+            if e["involvedObject"].get("name") == name
+            and e["source"].get("component") == "tfjob-controller"
+        ]
+
+    events = wait_for(
+        lambda: (ev := ours()) and any(e["reason"] == "TFJobSucceeded" for e in ev) and ev,
+        15,
+        "TFJobSucceeded event",
+    )
+    by_reason: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        by_reason.setdefault(e["reason"], []).append(e)
+    assert len(by_reason["SuccessfulCreatePod"]) == 4
+    assert len(by_reason["SuccessfulCreateService"]) == 4
+    assert len(by_reason["TFJobSucceeded"]) == 1
+    assert all(e.get("count", 1) == 1 for e in events), [
+        (e["reason"], e.get("count")) for e in events
+    ]
 
 
 def test_worker_failure_under_never_fails_job(
