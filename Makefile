@@ -45,5 +45,5 @@ unit: venv
 test: lint cluster
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
 
-bench: cluster
-	$(PY) hack/bench.py
+bench: binaries
+	$(PY) hack/bench.py $(BENCH_ARGS)

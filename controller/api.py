@@ -7,6 +7,11 @@ Contract:
 - ``KubeApi.request`` sends one request and returns the body decoded by orjson into
   plain dicts (no generated models: they cost a double JSON round-trip per object).
   Non-2xx answers and transport failures raise ``controller.errors`` types.
+- A large body (a list page) is decoded with the cyclic garbage collector paused
+  (``gc_paused``): decoding allocates tens of thousands of containers at once, each
+  allocation burst triggers collections that rescan everything alive, and for a page
+  of pods that cost 4-6x the decode itself. JSON holds no reference cycles, so nothing
+  is lost by not looking for them meanwhile.
 - All requests, watches included, pass one client-side token bucket (qps/burst;
   ``qps <= 0`` disables it), so a hot loop cannot flood the apiserver.
 - Watches use their own connection pool: aiohttp speaks HTTP/1.1, so every open watch
@@ -17,10 +22,11 @@ Contract:
 
 from __future__ import annotations
 
+import gc
 import os
 import ssl
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +43,45 @@ from controller.types import JSON, Clock
 #: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
 #: full object can exceed that a little).
 MAX_LINE_BYTES = 16 * 1024 * 1024
+
+#: Bodies at least this large are decoded with the garbage collector paused: a list
+#: page. Single objects and watch lines are small enough not to matter.
+BULK_DECODE_BYTES = 64 * 1024
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a synchronous burst of allocations that
+    creates no reference cycles (decoding JSON, building cache entries). Reference
+    counting still frees everything; only the cycle search waits. Never hold it across
+    an ``await``: other tasks would run with the collector off. Nests safely.
+
+    On the way out, what survived the burst (cache entries, mostly) is handed straight
+    to the oldest generation: ``gc.freeze()`` + ``gc.unfreeze()`` splice the young
+    generations into it in O(1) and reset the allocation count. Merely re-enabling
+    would make the next allocation scan every object of the burst (for a page of pods,
+    more CPU than decoding it), then scan them again on their way to the oldest
+    generation. Nothing is lost: the next full collection sees them, as it would have.
+    Skipped when the application froze objects itself (unfreezing would thaw them)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
+        gc.enable()
+
+
+def decode_json(raw: bytes) -> Any:
+    """orjson.loads, with the collector paused for bulk bodies (see the module doc)."""
+    if len(raw) < BULK_DECODE_BYTES:
+        return orjson.loads(raw)
+    with gc_paused():
+        return orjson.loads(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +267,7 @@ class KubeApi:
             raise _decode_error(status, raw)
         if not raw:
             return {}
-        decoded = orjson.loads(raw)
+        decoded = decode_json(raw)
         return decoded if isinstance(decoded, dict) else {"items": decoded}
 
     @asynccontextmanager
@@ -273,6 +318,6 @@ class KubeApi:
                 ) from exc
             if not line:
                 return
-            line = line.strip()
-            if line:
+            # orjson accepts the trailing newline (JSON whitespace): no copy to strip it
+            if not line.isspace():
                 yield orjson.loads(line)

@@ -23,6 +23,19 @@ raise (exceptions are logged and swallowed). An update whose resourceVersion did
 change (a relist of an unchanged object) is not delivered. ``has_synced`` turns true
 once the first list has been stored and delivered to every handler.
 
+Transforms (``transform=``, e.g. strip managedFields or slim an object to the fields a
+controller reads) run once per object version: on every list item and ADDED, MODIFIED or
+DELETED event, before the store sees it; a relisted object whose resourceVersion the
+store already holds keeps its cached (already transformed) version instead. A transform
+may mutate the freshly decoded object it receives or return a new one, and must keep
+``metadata.name``, ``namespace`` and ``resourceVersion``.
+
+The list path is the hot one (an initial list or relist of every pod the controller
+owns): each page is decoded by one ``orjson.loads`` of the body, then transformed and
+stored with the cyclic garbage collector paused (``controller.api.gc_paused``), so
+building a cache of N objects costs O(N) rather than O(N) times the rescans of the
+growing heap that allocation-triggered collections would do.
+
 The list/watch source is a protocol, so tests drive the informer with a scripted one.
 """
 
@@ -39,10 +52,11 @@ import structlog
 from anyio.abc import TaskStatus
 
 from controller import errors
+from controller.api import gc_paused
 from controller.clock import SystemClock
 from controller.kube import ListPage
 from controller.store import IndexFunc, Store, key_of, resource_version_of
-from controller.types import JSON, Clock
+from controller.types import JSON, Clock, object_key
 
 log = structlog.get_logger("controller.informer")
 
@@ -91,6 +105,19 @@ def strip_managed_fields(obj: JSON) -> JSON:
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
     return obj
+
+
+def chain_transforms(*transforms: Transform) -> Transform:
+    """One transform applying ``transforms`` in order (each gets the previous result)."""
+    if len(transforms) == 1:
+        return transforms[0]
+
+    def chained(obj: JSON) -> JSON:
+        for transform in transforms:
+            obj = transform(obj)
+        return obj
+
+    return chained
 
 
 class Backoff:
@@ -224,8 +251,9 @@ class Informer:
 
     # ---- list ---------------------------------------------------------------------
 
-    async def _list_all(self) -> tuple[list[JSON], str]:
-        items: list[JSON] = []
+    async def _list_all(self) -> tuple[dict[str, JSON], str]:
+        """Every object, keyed, transformed; and the list's resourceVersion."""
+        fresh: dict[str, JSON] = {}
         rv = ""
         token: str | None = None
         limit = self._page_size
@@ -244,26 +272,48 @@ class Informer:
                 # the snapshot behind the continue token was compacted away: a fresh
                 # unpaginated list is the only way to a consistent view
                 self._log.info("list continue token expired, listing without pages")
-                items, rv, token, limit = [], "", None, 0
+                fresh, rv, token, limit = {}, "", None, 0
                 continue
-            if self._transform is not None:
-                items.extend(self._transform(o) for o in page.items)
-            else:
-                items.extend(page.items)
             rv = rv or page.resource_version
             token = page.continue_token
+            self._absorb_page(page.items, fresh)
+            del page  # the page's raw objects go now, not after the next request
             if not token:
-                return items, rv
+                return fresh, rv
+
+    def _absorb_page(self, raw: list[JSON], fresh: dict[str, JSON]) -> None:
+        """Key and transform one page into ``fresh``. An object the store already holds
+        at the same resourceVersion (a relist) keeps its cached version: no second
+        transform, no index churn, and no update is delivered for it anyway."""
+        transform = self._transform
+        cached = self.store.get_by_key
+        with gc_paused():
+            for obj in raw:
+                meta = obj.get("metadata") or {}
+                key = object_key(meta.get("namespace"), meta.get("name", ""))
+                old = cached(key)
+                rv = meta.get("resourceVersion")
+                if (
+                    old is not None
+                    and rv
+                    and (old.get("metadata") or {}).get("resourceVersion") == rv
+                ):
+                    fresh[key] = old
+                elif transform is not None:
+                    fresh[key] = transform(obj)
+                else:
+                    fresh[key] = obj
 
     async def _list_and_replace(self) -> None:
         self.stats["lists"] += 1
-        items, rv = await self._list_all()
-        result = self.store.replace(items)
+        fresh, rv = await self._list_all()
+        with gc_paused():
+            result = self.store.replace_keyed(fresh)
         self._rv = rv
         self._log.debug(
             "listed",
             resource_version=rv,
-            count=len(items),
+            count=len(fresh),
             added=len(result.added),
             deleted=len(result.deleted),
         )

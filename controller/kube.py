@@ -109,8 +109,10 @@ class ResourceClient:
             params["resourceVersion"] = resource_version
         body = await self.api.request("GET", self.path(namespace), params=params)
         meta = body.get("metadata") or {}
+        items = body.get("items")
         return ListPage(
-            items=list(body.get("items") or []),
+            # the freshly decoded list itself: copying it would only cost time
+            items=items if isinstance(items, list) else [],
             resource_version=str(meta.get("resourceVersion", "")),
             continue_token=meta.get("continue") or None,
         )

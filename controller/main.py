@@ -6,6 +6,10 @@ the API client, three informers (TFJobs; Pods and Services carrying our operator
 only, so the cache never holds the rest of the cluster), the expectations, the event
 recorder and the reconciler, and hands them to the Manager.
 
+The pod and service caches hold slim objects (``reconcile.slim``: only the fields the
+TFJob logic reads, a fraction of a full pod's memory) and are indexed by controller UID
+only, the one index the reconciler queries.
+
 Event handlers only lower expectations and enqueue keys: never I/O, never mutation.
 """
 
@@ -24,25 +28,46 @@ from controller.api import ClientSettings, KubeApi
 from controller.clock import SystemClock
 from controller.events import EventRecorder
 from controller.expectations import ControllerExpectations
-from controller.informer import EventHandler, Informer, strip_managed_fields
+from controller.informer import (
+    EventHandler,
+    Informer,
+    Transform,
+    chain_transforms,
+    strip_managed_fields,
+)
 from controller.kube import PODS, SERVICES, Resource, ResourceClient
 from controller.leader import LeaseElector
 from controller.logging import add_logging_flags, configure_logging
 from controller.metrics import Metrics
 from controller.runtime import Controller, Manager
 from controller.server import serve_probes
-from controller.store import DEFAULT_INDEXERS, controller_ref, key_of
+from controller.store import (
+    CONTROLLER_UID_INDEX,
+    IndexFunc,
+    controller_ref,
+    index_by_controller_uid,
+    key_of,
+)
 from controller.types import JSON, object_key
 from reconcile.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.metrics import JobMetrics
 from reconcile.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
+from reconcile.slim import slim_pod, slim_service
 from reconcile.tfjob import Caches, TFJobReconciler, Writers, pods_key, services_key
 
 log = structlog.get_logger("tfjob-controller")
 
 TFJOBS = Resource(GROUP, VERSION, PLURAL, kind=KIND)
 CONTROLLER_NAME = "tfjob-controller"
+
+#: Cache transforms. TFJobs are kept whole (the spec is the job); pods and services
+#: only with the fields the reconciler reads.
+JOB_TRANSFORM: Transform = strip_managed_fields
+POD_TRANSFORM: Transform = chain_transforms(strip_managed_fields, slim_pod)
+SERVICE_TRANSFORM: Transform = chain_transforms(strip_managed_fields, slim_service)
+#: Children are only ever looked up by their controller's UID (reconcile.tfjob).
+CHILD_INDEXERS: dict[str, IndexFunc] = {CONTROLLER_UID_INDEX: index_by_controller_uid}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -177,20 +202,22 @@ async def run(args: argparse.Namespace) -> int:
         jobs_client = ResourceClient(api, TFJOBS)
         pods_client = ResourceClient(api, PODS)
         services_client = ResourceClient(api, SERVICES)
-        common: dict[str, Any] = {
-            "namespace": args.namespace,
-            "transform": strip_managed_fields,
-            "clock": clock,
-        }
-        job_informer = Informer(jobs_client, name="tfjobs", **common)
+        common: dict[str, Any] = {"namespace": args.namespace, "clock": clock}
+        job_informer = Informer(jobs_client, name="tfjobs", transform=JOB_TRANSFORM, **common)
         pod_informer = Informer(
-            pods_client, name="pods", label_selector=selector, indexers=DEFAULT_INDEXERS, **common
+            pods_client,
+            name="pods",
+            label_selector=selector,
+            indexers=CHILD_INDEXERS,
+            transform=POD_TRANSFORM,
+            **common,
         )
         service_informer = Informer(
             services_client,
             name="services",
             label_selector=selector,
-            indexers=DEFAULT_INDEXERS,
+            indexers=CHILD_INDEXERS,
+            transform=SERVICE_TRANSFORM,
             **common,
         )
         expectations = ControllerExpectations(clock)

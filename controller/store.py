@@ -46,8 +46,12 @@ def controller_ref(obj: JSON) -> JSON | None:
 
 
 def index_by_controller_uid(obj: JSON) -> list[str]:
-    ref = controller_ref(obj)
-    return [ref["uid"]] if ref and ref.get("uid") else []
+    # controller_ref without its defensive copy: this runs on every store write
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            uid = ref.get("uid")
+            return [uid] if uid else []
+    return []
 
 
 DEFAULT_INDEXERS: Mapping[str, IndexFunc] = {
@@ -68,6 +72,8 @@ class Store:
         self._indexers = dict(DEFAULT_INDEXERS if indexers is None else indexers)
         self._items: dict[str, JSON] = {}
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        # (index, function) pairs: the write path walks these, with no lookup by name
+        self._index_funcs = [(self._indices[name], f) for name, f in self._indexers.items()]
 
     # ---- reads (CacheReader) ----------------------------------------------------
 
@@ -102,8 +108,7 @@ class Store:
     # ---- writes (informer only) ---------------------------------------------------
 
     def _unindex(self, key: str, obj: JSON) -> None:
-        for name, func in self._indexers.items():
-            index = self._indices[name]
+        for index, func in self._index_funcs:
             for value in func(obj):
                 keys = index.get(value)
                 if keys is not None:
@@ -112,19 +117,43 @@ class Store:
                         del index[value]
 
     def _index(self, key: str, obj: JSON) -> None:
-        for name, func in self._indexers.items():
-            index = self._indices[name]
+        for index, func in self._index_funcs:
             for value in func(obj):
-                index.setdefault(value, set()).add(key)
+                keys = index.get(value)
+                if keys is None:
+                    index[value] = {key}
+                else:
+                    keys.add(key)
+
+    def _reindex(self, key: str, old: JSON, new: JSON) -> None:
+        """Move ``key`` from ``old``'s index values to ``new``'s. An update almost never
+        changes them (namespace, owner), and then no index is touched."""
+        for index, func in self._index_funcs:
+            before, after = func(old), func(new)
+            if before == after:  # lists or tuples; any other iterable takes the long way
+                continue
+            for value in before:
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+            for value in after:
+                keys = index.get(value)
+                if keys is None:
+                    index[value] = {key}
+                else:
+                    keys.add(key)
 
     def upsert(self, obj: JSON) -> JSON | None:
         """Insert or replace; returns the previous object."""
         key = key_of(obj)
         old = self._items.get(key)
-        if old is not None:
-            self._unindex(key, old)
         self._items[key] = obj
-        self._index(key, obj)
+        if old is None:
+            self._index(key, obj)
+        elif old is not obj:
+            self._reindex(key, old, obj)
         return old
 
     def delete(self, key: str) -> JSON | None:
@@ -136,16 +165,32 @@ class Store:
     def replace(self, objs: Iterable[JSON]) -> ReplaceResult:
         """Make the store hold exactly ``objs``; report what changed, so the informer
         can emit deletes for objects that vanished while it was not watching."""
+        return self.replace_keyed({key_of(o): o for o in objs})
+
+    def replace_keyed(self, fresh: Mapping[str, JSON]) -> ReplaceResult:
+        """``replace`` for objects already keyed by ``key_of`` (the informer has the keys
+        at hand). ``updated`` pairs may hold the very same object twice when the caller
+        kept an unchanged cached object."""
         result = ReplaceResult()
-        fresh: dict[str, JSON] = {key_of(o): o for o in objs}
-        for key in [k for k in self._items if k not in fresh]:
+        items = self._items
+        if not items:  # the first list: everything is an add, nothing to diff
+            items.update(fresh)
+            for key, obj in fresh.items():
+                self._index(key, obj)
+            result.added = builtins.list(fresh.values())
+            return result
+        for key in [k for k in items if k not in fresh]:
             old = self.delete(key)
             if old is not None:
                 result.deleted.append(old)
-        for obj in fresh.values():
-            old = self.upsert(obj)
+        for key, obj in fresh.items():
+            old = items.get(key)
+            items[key] = obj
             if old is None:
+                self._index(key, obj)
                 result.added.append(obj)
             else:
+                if old is not obj:
+                    self._reindex(key, old, obj)
                 result.updated.append((old, obj))
         return result

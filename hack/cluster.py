@@ -70,6 +70,22 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
+def listening_ports() -> set[int]:
+    """Local TCP ports with a socket in LISTEN state (/proc/net/tcp*, state 0A)."""
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -699,6 +715,10 @@ def cmd_down(opts: argparse.Namespace, keep_logs: bool = False) -> int:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+    ports = set(state.get("ports", {}).values())
+    deadline = time.monotonic() + 10
+    while ports & listening_ports() and time.monotonic() < deadline:
+        time.sleep(0.05)
     if keep_logs:
         (d / "state.json").unlink(missing_ok=True)
     else:
@@ -723,6 +743,16 @@ def cmd_restart(opts: argparse.Namespace) -> int:
             except ChildProcessError:
                 pass
             time.sleep(0.05)
+    # A killed Go process can show as a zombie while its other threads still hold its
+    # sockets: wait until nothing listens on the component's ports any more.
+    own = {
+        "etcd": ["etcd", "etcd_peer"],
+        "kube-apiserver": ["apiserver"],
+        "kube-controller-manager": ["kcm"],
+        "kube-scheduler": ["scheduler"],
+    }.get(name, [])
+    ports = {state["ports"][k] for k in own}
+    wait_for(f"{name}'s ports to close", lambda: not ports & listening_ports(), 30)
     bins = Path(state["bin_dir"])
     new = start(d, name, component_argv(name, d, bins, state["ports"], opts))
     state["pids"][name] = new

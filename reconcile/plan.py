@@ -174,7 +174,7 @@ def _finished_plan(snap: Snapshot, old: JobStatus, run_policy: Mapping[str, Any]
     ttl = run_policy.get("ttlSecondsAfterFinished")
     completed = old.completion_time or _finished_at(old.conditions)
     if isinstance(ttl, int) and not isinstance(ttl, bool) and completed is not None:
-        remaining = (completed + timedelta(seconds=ttl) - snap.now).total_seconds()
+        remaining = (elapsed_due(completed, ttl) - snap.now).total_seconds()
         if remaining <= 0:
             delete_job = True
         else:
@@ -221,7 +221,9 @@ def _suspend_plan(ctx: _Context) -> Plan:
         conds, st.SUSPENDED, st.TRUE, st.REASON_SUSPENDED, st.msg_suspended(name), ctx.now
     )
     replica_statuses = {
-        rt: ctx.old.replica_statuses.get(rt, ReplicaStatus()).model_copy(update={"active": 0})
+        rt: ctx.old.replica_statuses.get(rt, ReplicaStatus()).model_copy(
+            update={"active": 0, "active_indexes": ""}
+        )
         for rt in ctx.specs
     }
     new = ctx.old.model_copy(
@@ -354,7 +356,7 @@ def _verdict(
         return _Verdict(st.FAILED, st.msg_backoff_limit(name)), None
     ads = run_policy.active_deadline_seconds if run_policy is not None else None
     if ads is not None:
-        remaining = (start_time + timedelta(seconds=ads) - ctx.snap.now).total_seconds()
+        remaining = (elapsed_due(start_time, ads) - ctx.snap.now).total_seconds()
         if remaining <= 0:
             return _Verdict(st.FAILED, st.msg_deadline(name)), None
         return None, remaining
@@ -394,7 +396,9 @@ def _finishing_plan(
     if verdict.cond_type == st.SUCCEEDED:
         # Upstream's finished-job bookkeeping: whatever is still active counts as succeeded.
         replica_statuses = {
-            rt: rs.model_copy(update={"succeeded": rs.succeeded + rs.active, "active": 0})
+            rt: rs.model_copy(
+                update={"succeeded": rs.succeeded + rs.active, "active": 0, "active_indexes": ""}
+            )
             for rt, rs in replica_statuses.items()
         }
     new = ctx.old.model_copy(
@@ -417,7 +421,11 @@ def _finishing_plan(
         events=_events(ctx.old.conditions, conds, failed_event_type=verdict.event_type),
         # The TTL clock starts now; the job is deleted by a later pass, after this status
         # (and its events) are stored.
-        requeue_after=float(max(ttl, 0)) if ttl is not None else None,
+        requeue_after=(
+            (elapsed_due(ctx.now, max(ttl, 0)) - ctx.snap.now).total_seconds()
+            if ttl is not None
+            else None
+        ),
     )
 
 
@@ -545,6 +553,18 @@ def _with_created(
     )
 
 
+def elapsed_due(stamp: datetime, seconds: int) -> datetime:
+    """When ``seconds`` have certainly elapsed since the instant a stored timestamp records.
+
+    Stored timestamps are truncated to the second, so the real instant lies in
+    [stamp, stamp + 1 s): measured from the stamp alone, a deadline would fire up to a
+    second early (activeDeadlineSeconds 5 failing a job after 4.1 s, a TTL of 3 deleting
+    the job 2.1 s after it finished). Adding the one-second tick makes the duration a
+    lower bound, overshooting by less than a second.
+    """
+    return stamp + timedelta(seconds=seconds + 1)
+
+
 def _finished_at(conditions: Sequence[JobCondition]) -> datetime | None:
     for cond_type in (st.SUCCEEDED, st.FAILED):
         cond = st.find(conditions, cond_type)
@@ -592,4 +612,5 @@ __all__ = [
     "Snapshot",
     "cleanup_deletions",
     "compute_plan",
+    "elapsed_due",
 ]

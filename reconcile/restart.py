@@ -12,9 +12,19 @@ pods and the durable per-index record in status (``ReplicaStatus``):
 - a pod that ended and will be replaced is accounted once, keyed by its UID
   (``indexRetries[i].lastPodUID``): a *failure* adds one to ``restarts`` (bounded by
   backoffLimit) and to the index's backoff exponent; a *disruption* (eviction,
-  preemption, deletion by someone else) adds one to ``disruptions`` only;
+  preemption, deletion by someone else) adds one to ``disruptions`` only; so does a pod
+  that was running at the last status write (``activeIndexes``) and is now gone without
+  ever having been seen ending (force-deleted, or deleted while the controller was down);
 - container restarts done by kubelet in place are folded into ``restarts`` by increase
   over the last observed count of the same pod UID, so no reconcile counts one twice;
+- account, then delete: a pod whose end is newly accounted is *not* deleted in the same
+  pass; it is deleted by a later pass, once the status recording it (restarts,
+  disruptions, lastPodUID) has been stored — the status write's own watch event brings
+  that pass at once. Deleting first lost the record whenever the status write that
+  followed failed (a Conflict with a concurrent edit of the job, the controller killed
+  in between): the retried pass then found the pod gone, or terminating and so
+  indistinguishable from a disruption, and the failure escaped backoffLimit and the
+  replacement backoff;
 - a replacement is created only once the old pod is gone from the API (a terminating pod
   still occupies its index: two TensorFlow tasks with one identity must never overlap,
   k8s#115844) and its backoff has elapsed: base * 2^(failures-1), capped, where a pod that
@@ -163,8 +173,10 @@ def account_replica(
     retries: dict[int, IndexRetry] = {
         int(k): v for k, v in old.index_retries.items() if k.isdigit() and int(k) < inp.replicas
     }
+    was_active = parse_indexes(old.active_indexes)
     out = ReplicaOutcome(status=old)
     restarts, disruptions, active = old.restarts, old.disruptions, 0
+    active_indexes: set[int] = set()
 
     for index, pods in sorted(pods_by_index.items()):
         if index >= inp.replicas:
@@ -190,6 +202,7 @@ def account_replica(
             if outcome is PodOutcome.RUNNING:
                 replacement_running = not is_terminating(pod)
                 active += 1
+                active_indexes.add(index)
             elif outcome is PodOutcome.SUCCEEDED:
                 succeeded.add(index)
             elif outcome in (PodOutcome.FAIL_NEVER, PodOutcome.FAIL_EXIT_CODE):
@@ -198,11 +211,11 @@ def account_replica(
                 if not inp.failures_tolerated and out.permanent_failure is None:
                     out.permanent_failure = outcome
             elif outcome is PodOutcome.DISRUPTED:
+                # Recorded now, deleted (if still there) by the pass after the status
+                # holding the record is stored: see "account, then delete" above.
                 disruptions += 1
                 rec = rec.model_copy(update={"last_pod_uid": uid})
                 out.accounted.append(index)
-                if not is_terminating(pod):
-                    out.delete.append(pod)
             elif outcome is PodOutcome.RETRY:
                 restarts += 1
                 ended = finished_at(pod) or now
@@ -213,8 +226,6 @@ def account_replica(
                     update={"failures": failures, "last_failure_time": ended, "last_pod_uid": uid}
                 )
                 out.accounted.append(index)
-                if not is_terminating(pod):
-                    out.delete.append(pod)
             # PENDING and LEFTOVER just occupy the index.
 
         if index in succeeded or index in failed:
@@ -226,7 +237,16 @@ def account_replica(
                 rec = rec.model_copy(update={"last_pod_uid": None})
             else:
                 out.restarting = True
-        if not occupied:
+        vanished = not occupied and index in was_active
+        if vanished:
+            # Running at the last write, gone now, and its end never seen: it was removed
+            # from under us. A disruption; like every end, recorded before anything else is
+            # done about it, so the replacement comes with the next pass (the status
+            # write's own event), no backoff.
+            disruptions += 1
+            out.accounted.append(index)
+            out.restarting = True
+        elif not occupied:
             due = _backoff_due(rec, backoff)
             if due is not None and due > now:
                 remaining = (due - now).total_seconds()
@@ -244,6 +264,7 @@ def account_replica(
             "disruptions": disruptions,
             "succeeded_indexes": format_indexes(succeeded),
             "failed_indexes": format_indexes(failed),
+            "active_indexes": format_indexes(active_indexes),
             "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != IndexRetry()},
         }
     )

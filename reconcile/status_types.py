@@ -15,6 +15,9 @@ exist, so pod GC or a controller restart loses history — semantics §9.2, §9.
 - per replica type ``succeededIndexes`` / ``failedIndexes``: the durable terminal record, in the
   compact interval form of batch/v1 ``completedIndexes`` ("0-2,5"). An index recorded here is
   never re-run, even when its pod has been garbage-collected.
+- per replica type ``activeIndexes``: the indexes whose pod was running when this status was
+  written, so a pod that vanishes without ever being seen ending (force-deleted, removed
+  while the controller was down) is still counted as a disruption.
 - per replica type ``indexRetries``: per-index retry state ({failures, lastFailureTime,
   lastPodUID, podUID, containerRestarts}) so the replacement backoff and the restart counter
   are derived from status alone and survive controller restarts without double counting.
@@ -110,6 +113,9 @@ class ReplicaStatus(_Model):
     succeeded_indexes: str = ""
     #: Indexes that failed for good (restartPolicy Never, or a permanent ExitCode).
     failed_indexes: str = ""
+    #: Indexes whose pod was running when this status was written, e.g. "0-3": a pod that
+    #: disappears from one of them without having been seen ending is a disruption.
+    active_indexes: str = ""
     #: Per-index retry state, keyed by index; only indexes with a history appear.
     index_retries: dict[str, IndexRetry] = Field(default_factory=dict)
 

@@ -43,6 +43,12 @@ OWNER_INDEX = "controller-uid"
 #: The observing informer event re-enqueues the key sooner; this is the safety net.
 UNSATISFIED_RECHECK_SECONDS = 5.0
 
+#: A progress-only status change (replica counts, the Running condition) of a job whose
+#: status was already written waits this long, so the pods of one job that start
+#: within the window cost one status write instead of one each. Everything else (the
+#: first write, a finished job, any change that emits an event) is written at once.
+STATUS_COALESCE_SECONDS = 0.1
+
 
 def pods_key(job_key: str) -> str:
     return f"{job_key}/pods"
@@ -89,6 +95,7 @@ class TFJobReconciler:
         config: PlanConfig | None = None,
         metrics: JobMetrics | None = None,
         max_concurrent_writes: int = 64,
+        status_coalesce_seconds: float = STATUS_COALESCE_SECONDS,
     ) -> None:
         self.metrics = metrics
         self.caches = caches
@@ -98,6 +105,9 @@ class TFJobReconciler:
         self.clock = clock
         self.config = config or PlanConfig()
         self.max_concurrent_writes = max_concurrent_writes
+        self.status_coalesce_seconds = status_coalesce_seconds
+        #: job key -> monotonic time its held progress-only status change was first seen
+        self._status_held_since: dict[str, float] = {}
 
     async def reconcile(self, key: str) -> Result:
         namespace, name = split_key(key)
@@ -106,6 +116,7 @@ class TFJobReconciler:
         if job is None:
             for k in (key, pods_key(key), services_key(key)):
                 self.expectations.delete(k)
+            self._status_held_since.pop(key, None)
             structlog.contextvars.bind_contextvars(outcome="gone")
             return Result()
         # 2. A job being deleted is left to the garbage collector.
@@ -135,8 +146,13 @@ class TFJobReconciler:
             await self._delete_job(job, outcome)
             structlog.contextvars.bind_contextvars(outcome="ttl-deleted")
             return Result()
-        # 7. Write status once, only if it changed.
-        if plan.status is not None:
+        # 7. Write status once, only if it changed (progress-only changes coalesced).
+        requeue_after = plan.requeue_after
+        hold = self._status_hold(key, job, plan)
+        if hold is not None:
+            requeue_after = hold if requeue_after is None else min(hold, requeue_after)
+            structlog.contextvars.bind_contextvars(status_held=round(hold, 3))
+        elif plan.status is not None:
             await self._write_status(key, job, plan.status)
             outcome.status_written = True
         # 8. Events of this pass's transitions, only once the status that records them
@@ -153,7 +169,25 @@ class TFJobReconciler:
         if outcome.errors:
             # The first write error decides the retry; the rest were logged.
             raise outcome.errors[0]
-        return Result(requeue_after=plan.requeue_after)
+        return Result(requeue_after=requeue_after)
+
+    def _status_hold(self, key: str, job: JSON, plan: Plan) -> float | None:
+        """Seconds to hold this pass's status change back, or None to write it now."""
+        if (
+            plan.status is None
+            or plan.events
+            or self.status_coalesce_seconds <= 0
+            or not _progress_only(job.get("status") or {}, plan.status)
+        ):
+            self._status_held_since.pop(key, None)
+            return None
+        now = self.clock.monotonic()
+        since = self._status_held_since.setdefault(key, now)
+        remaining = since + self.status_coalesce_seconds - now
+        if remaining > 0:
+            return remaining
+        self._status_held_since.pop(key, None)
+        return None
 
     # --- writes -------------------------------------------------------------------
 
@@ -287,6 +321,21 @@ class TFJobReconciler:
         self.events.event(job, "Normal", "SuccessfulDeleteJob", f"Deleted job: {meta['name']}")
         if self.metrics is not None:
             self.metrics.transition(job, "SuccessfulDeleteJob")
+
+
+def _progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when an already-written status changes only in replica counts and the
+    Running condition: nothing a client waits on to make a decision."""
+    if not old.get("conditions"):
+        return False  # the first write (Created) is never held
+
+    def rest(status: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in status.items() if k not in ("conditions", "replicaStatuses")}
+
+    def decisive(status: Mapping[str, Any]) -> list[Any]:
+        return [c for c in status.get("conditions") or [] if c.get("type") != "Running"]
+
+    return rest(old) == rest(new) and decisive(old) == decisive(new)
 
 
 def _ns(obj: Mapping[str, Any]) -> str:

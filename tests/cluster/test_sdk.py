@@ -59,10 +59,12 @@ def test_training_client_end_to_end(
     # Training "finishes" once worker-0 (the master role without a Chief) exits 0.
     def finish_master() -> None:
         pods = wait_for(
-            lambda: (p := kube.pods(namespace, name))
-            and len(p) == 2
-            and all(x.get("status", {}).get("phase") == "Running" for x in p)
-            and p,
+            lambda: (
+                (p := kube.pods(namespace, name))
+                and len(p) == 2
+                and all(x.get("status", {}).get("phase") == "Running" for x in p)
+                and p
+            ),
             60,
             "2 running pods",
         )

@@ -285,10 +285,16 @@ def test_failure_rules(
         assert p.status["completionTime"] == ts(100)
     else:
         assert not failed
-        assert [d["metadata"]["name"] for d in p.delete_pods] == [f"t-{rtype.lower()}-1"]
+        # Account first: the failure is recorded in this pass and the pod deleted by the
+        # next one, once the record is stored.
+        assert p.delete_pods == [] and p.create_pods == []
         assert ("Restarting", "True") in cond_types(p.status)
         assert [(e.type, e.reason) for e in p.events] == [("Warning", "TFJobRestarting")]
         assert p.status["replicaStatuses"][rtype]["restarts"] == 1
+        job["status"] = p.status
+        p = plan_for(job, pods)
+        assert [d["metadata"]["name"] for d in p.delete_pods] == [f"t-{rtype.lower()}-1"]
+        assert p.status is None and p.events == [] and p.create_pods == []
 
 
 def test_dynamic_worker_failure_does_not_fail_job() -> None:
@@ -324,11 +330,13 @@ def test_replacement_waits_for_old_pod_and_backoff() -> None:
     w.reconcile()
     w.set_phase("t-worker-0", "Failed", 1)
     p = w.reconcile()
-    assert [d["metadata"]["name"] for d in p.delete_pods] == ["t-worker-0"]
-    assert p.create_pods == []
+    assert p.delete_pods == [] and p.create_pods == []  # recorded first ...
     rs = w.status["replicaStatuses"]["Worker"]
     assert rs["restarts"] == 1
     assert rs["indexRetries"]["0"]["failures"] == 1
+    p = w.reconcile()  # ... deleted once the record is stored
+    assert [d["metadata"]["name"] for d in p.delete_pods] == ["t-worker-0"]
+    assert p.create_pods == [] and p.status is None
     # Still terminating: the index is occupied, nothing created, nothing counted twice.
     w.now = 101
     p = w.reconcile()
@@ -363,6 +371,7 @@ def test_backoff_grows_and_resets_after_a_long_run() -> None:
         w.reconcile(cfg)
         w.set_phase("t-worker-0", "Failed", 1)
         w.reconcile(cfg)
+        w.reconcile(cfg)
         w.gone()
         w.now = start + 1
         delays.append(round(w.reconcile(cfg).requeue_after or 0) + 1)
@@ -390,6 +399,7 @@ def test_backoff_state_survives_controller_restart() -> None:
     w.reconcile()
     w.set_phase("t-worker-0", "Failed", 1)
     w.reconcile()
+    w.reconcile()
     w.gone()
     fresh = plan_for(
         copy.deepcopy(w.job), list(w.pods.values()), list(w.services.values()), now=103
@@ -414,6 +424,7 @@ def test_backoff_limit_counts_exit_code_recreations() -> None:
         w.reconcile()
         if n == 0:
             assert ("Failed", "True") not in cond_types(w.status)
+            w.reconcile()
             w.gone()
             w.now = start + 20
             w.reconcile()
@@ -451,15 +462,38 @@ def test_backoff_limit_counts_container_restarts_once() -> None:
 def test_active_deadline_requeues_then_fails() -> None:
     w = World(make_tfjob("t").worker(2).active_deadline(60).obj())
     p = w.reconcile()
-    assert p.requeue_after == pytest.approx(60)
+    # startTime is stored at second precision: the deadline is a lower bound, so it is due
+    # one tick after startTime + 60 (see elapsed_due).
+    assert p.requeue_after == pytest.approx(61)
     w.now = 45
-    assert w.reconcile().requeue_after == pytest.approx(15)
+    assert w.reconcile().requeue_after == pytest.approx(16)
     w.now = 60
+    assert w.reconcile().requeue_after == pytest.approx(1)
+    assert "Failed" not in [t for t, _ in cond_types(w.status)]
+    w.now = 61
     w.reconcile()
     failed = cond(w.status, "Failed")
     assert (
         failed["message"] == "Job t has failed because it was active longer than specified deadline"
     )
+
+
+def test_active_deadline_never_fires_early_despite_truncated_start_time() -> None:
+    # Regression: the job started at 0.9 s, stored as startTime 0; a deadline of 5 s used
+    # to fail it at 5.0 s, after 4.1 s of activity.
+    w = World(make_tfjob("t").worker(1).active_deadline(5).obj(), now=0.9)
+    p = w.reconcile()
+    assert w.status["startTime"] == ts(0)
+    assert p.requeue_after == pytest.approx(5.1)
+    w.now = 5.0
+    w.reconcile()
+    assert "Failed" not in [t for t, _ in cond_types(w.status)]
+    w.now = 5.95
+    w.reconcile()
+    assert "Failed" not in [t for t, _ in cond_types(w.status)]
+    w.now = 6.0
+    w.reconcile()
+    assert ("Failed", "True") in cond_types(w.status)
 
 
 def test_ttl_requeues_then_deletes_job() -> None:
@@ -469,11 +503,31 @@ def test_ttl_requeues_then_deletes_job() -> None:
     w.now = 10
     w.set_phase("t-worker-0", "Succeeded", 0)
     p = w.reconcile()
-    assert p.requeue_after == pytest.approx(30) and not p.delete_job
+    assert p.requeue_after == pytest.approx(31) and not p.delete_job
     w.now = 25
     p = w.reconcile()
-    assert p.requeue_after == pytest.approx(15) and not p.delete_job
+    assert p.requeue_after == pytest.approx(16) and not p.delete_job
     w.now = 40
+    p = w.reconcile()
+    assert p.requeue_after == pytest.approx(1) and not p.delete_job
+    w.now = 41
+    assert w.reconcile().delete_job
+
+
+def test_ttl_never_deletes_early_despite_truncated_completion_time() -> None:
+    # Regression: finished at 10.8 s (completionTime 10); a TTL of 3 deleted the job at
+    # 13.0 s, 2.2 s after it finished.
+    w = World(make_tfjob("t").worker(1).ttl(3).obj())
+    w.reconcile()
+    w.run_all()
+    w.now = 10.8
+    w.set_phase("t-worker-0", "Succeeded", 0)
+    p = w.reconcile()
+    assert w.status["completionTime"] == ts(10)
+    assert p.requeue_after == pytest.approx(3.2)
+    w.now = 13.0
+    assert not w.reconcile().delete_job
+    w.now = 14.0
     assert w.reconcile().delete_job
 
 
@@ -629,6 +683,79 @@ def test_failed_pod_we_deleted_is_a_failure_not_a_disruption() -> None:
     p = plan_for(job, [chief, w0])
     rs = p.status["replicaStatuses"]["Worker"]
     assert rs["restarts"] == 1 and "disruptions" not in rs
+
+
+@pytest.mark.parametrize("finished_in_delete_second", [False, True])
+def test_lost_status_write_never_loses_a_failure(finished_in_delete_second: bool) -> None:
+    """Regression: the pass that saw a retryable failure deleted the pod *and* wrote the
+    record; when that status write failed (Conflict with a concurrent edit, controller
+    killed), the retried pass found the pod gone — the failure escaped backoffLimit and the
+    backoff — or terminating with finishedAt in the DELETE's second, which reads as a
+    disruption. Now the record is written first and the pod deleted by the next pass."""
+    w = World(
+        make_tfjob("t").chief().worker(1, restart_policy="ExitCode").backoff_limit(0).obj()
+    )
+    w.reconcile()
+    w.run_all()
+    w.now = 50
+    w.reconcile()
+    w.set_phase("t-worker-0", "Failed", 137)
+    if finished_in_delete_second:
+        w.now = 50.4
+    snap = Snapshot(
+        copy.deepcopy(w.job), [copy.deepcopy(p) for p in w.pods.values()], [], at(w.now)
+    )
+    lost = compute_plan(snap, CFG)  # its status write fails: nothing of it is applied ...
+    assert lost.delete_pods == [] and lost.create_pods == []  # ... and it deleted nothing
+    p = w.reconcile()  # the retried pass still sees the failed pod and counts it
+    assert w.status["replicaStatuses"]["Worker"]["restarts"] == 1
+    assert "disruptions" not in w.status["replicaStatuses"]["Worker"]
+    assert cond(w.status, "Failed")["message"] == (
+        "Job t has failed because it has reached the specified backoff limit"
+    )
+    assert p.delete_pods == []  # finished: cleanPodPolicy (None) keeps it
+
+
+def test_disruption_recorded_before_the_pod_is_deleted() -> None:
+    job = make_tfjob("t").chief().worker(1, restart_policy="OnFailure").obj()
+    w = World(job)
+    w.reconcile()
+    w.run_all()
+    w.now = 10
+    w.reconcile()
+    w.pods["t-worker-0"]["status"]["reason"] = "Evicted"
+    w.set_phase("t-worker-0", "Failed")
+    p = w.reconcile()
+    assert w.status["replicaStatuses"]["Worker"]["disruptions"] == 1 and p.delete_pods == []
+    p = w.reconcile()
+    assert [d["metadata"]["name"] for d in p.delete_pods] == ["t-worker-0"]
+    assert p.status is None
+    w.gone()
+    p = w.reconcile()
+    assert [c["metadata"]["name"] for c in p.create_pods] == ["t-worker-0"]
+    assert w.status["replicaStatuses"]["Worker"]["disruptions"] == 1
+
+
+def test_suspend_and_success_clear_active_indexes() -> None:
+    """Pods the controller itself removes (suspend, cleanPodPolicy) are not disruptions."""
+    w = World(make_tfjob("t").worker(2).obj())
+    w.reconcile()
+    w.run_all()
+    w.reconcile()
+    assert w.status["replicaStatuses"]["Worker"]["activeIndexes"] == "0-1"
+    w.job["spec"]["runPolicy"] = {"suspend": True}
+    w.reconcile()
+    assert "activeIndexes" not in w.status["replicaStatuses"]["Worker"]
+    w.gone()
+    w.job["spec"]["runPolicy"] = {"suspend": False}
+    w.now = 5
+    w.reconcile()
+    w.run_all()
+    w.reconcile()
+    assert "disruptions" not in w.status["replicaStatuses"]["Worker"]
+    w.set_phase("t-worker-0", "Succeeded", 0)
+    w.reconcile()
+    assert "activeIndexes" not in w.status["replicaStatuses"]["Worker"]
 
 
 # --- invalid, managedBy, scaling --------------------------------------------------------------

@@ -99,12 +99,15 @@ def test_missing_indexes_are_created() -> None:
 def test_failure_accounted_once_by_uid() -> None:
     failed = pod(0).failed(1, finished=90).uid("a").obj()
     out = account({0: [failed]}, replicas=1)
-    assert out.status.restarts == 1 and out.delete == [failed] and out.restarting
+    # Recorded, not deleted: the delete waits for the status holding the record.
+    assert out.status.restarts == 1 and out.delete == [] and out.restarting
     assert out.status.index_retries["0"] == IndexRetry(
         failures=1, last_failure_time=at(90), last_pod_uid="a"
     )
-    again = account({0: [failed]}, out.status, replicas=1)  # delete not observed yet: ask again
-    assert again.status.restarts == 1 and again.delete == [failed]
+    again = account({0: [failed]}, out.status, replicas=1)  # recorded: now it goes
+    assert again.status == out.status and again.delete == [failed]
+    once_more = account({0: [failed]}, out.status, replicas=1)  # delete not observed yet
+    assert once_more.status.restarts == 1 and once_more.delete == [failed]
     terminating = pod(0).failed(1, finished=90).uid("a").terminating(requested=95).obj()
     third = account({0: [terminating]}, out.status, replicas=1)
     assert third.status == out.status and third.delete == [] and third.create == []
@@ -162,3 +165,32 @@ def test_long_run_resets_backoff_count() -> None:
     short_run = pod(0).failed(1, finished=200, started=100).uid("y").obj()
     out = account({0: [short_run]}, old, replicas=1, now=200)
     assert out.status.index_retries["0"].failures == 5
+
+
+def test_running_pod_that_vanished_unseen_is_a_disruption() -> None:
+    running = account({0: [pod(0).running().uid("a").obj()], 1: [pod(1).running().obj()]})
+    assert running.status.active_indexes == "0-1"
+    # Index 0's pod was force-deleted: the controller never saw it terminating.
+    out = account({1: [pod(1).running().obj()]}, running.status)
+    assert out.status.disruptions == 1 and out.status.restarts == 0
+    # Recorded first; the replacement waits for the pass after the record is stored.
+    assert out.create == [] and out.restarting and out.accounted == [0]
+    assert out.status.active_indexes == "1"
+    lost = account({1: [pod(1).running().obj()]}, running.status)  # its write was lost
+    assert lost.status == out.status and lost.create == []
+    stored = account({1: [pod(1).running().obj()]}, out.status)
+    assert stored.create == [0] and stored.status.disruptions == 1 and stored.wait is None
+    # Counted once: the next pass (replacement pending) does not count it again.
+    again = account({0: [pod(0).uid("b").obj()], 1: [pod(1).running().obj()]}, out.status)
+    assert again.status.disruptions == 1 and again.create == []
+
+
+def test_index_that_never_ran_or_ended_seen_is_not_a_disruption() -> None:
+    # A pending pod that vanished, and a failure whose deleted pod is gone: neither counts.
+    pending = account({0: [pod(0).obj()]}, replicas=1)
+    assert pending.status.active_indexes == ""
+    assert account({}, pending.status, replicas=1).status.disruptions == 0
+    failed = account({0: [pod(0).failed(137, finished=90).uid("a").obj()]}, replicas=1)
+    assert failed.status.active_indexes == "" and failed.status.restarts == 1
+    gone = account({}, failed.status, replicas=1)
+    assert gone.status.disruptions == 0 and gone.status.restarts == 1

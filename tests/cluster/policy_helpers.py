@@ -1,0 +1,253 @@
+"""Helpers shared by the run-policy and chaos cluster tests.
+
+- ``make_job``: a small TFJob body with per-type restart policies and a runPolicy;
+- ``JobHistory``: a TFJob watch recording every stored status, so transient conditions
+  (Restarting for half a second) are asserted from what the apiserver stored, not from
+  what a poll happened to see;
+- ``settled``: a barrier that returns once the controller has reconciled after a trigger
+  and has nothing queued or in progress — how a test proves that something did *not*
+  happen (no pod recreated) without sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.cluster.kube import ControllerProcess, Kube, PodHistory, condition, is_true, wait_for
+from tests.conftest import Cluster
+
+TEMPLATE: dict[str, Any] = {
+    "spec": {
+        "containers": [
+            {
+                "name": "tensorflow",
+                "image": "tf-test:latest",
+                "ports": [{"name": "tfjob-port", "containerPort": 2222}],
+            }
+        ]
+    }
+}
+
+
+def make_job(
+    name: str,
+    *,
+    chief: str | None = None,
+    ps: tuple[int, str] | None = None,
+    workers: tuple[int, str] | None = (2, "OnFailure"),
+    run_policy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A TFJob: ``chief`` is the Chief's restartPolicy (None: no Chief); ``ps`` and
+    ``workers`` are (replicas, restartPolicy)."""
+    specs: dict[str, Any] = {}
+    if chief is not None:
+        specs["Chief"] = {"replicas": 1, "restartPolicy": chief, "template": TEMPLATE}
+    if ps is not None:
+        specs["PS"] = {"replicas": ps[0], "restartPolicy": ps[1], "template": TEMPLATE}
+    if workers is not None:
+        specs["Worker"] = {
+            "replicas": workers[0],
+            "restartPolicy": workers[1],
+            "template": TEMPLATE,
+        }
+    spec: dict[str, Any] = {"tfReplicaSpecs": specs}
+    if run_policy is not None:
+        spec["runPolicy"] = run_policy
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": json.loads(json.dumps(spec)),
+    }
+
+
+def parse_ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def rs(job: dict[str, Any] | None, rtype: str) -> dict[str, int]:
+    """The counters of one replica status, omitempty zeros filled in."""
+    got = (((job or {}).get("status") or {}).get("replicaStatuses") or {}).get(rtype) or {}
+    return {
+        k: int(got.get(k, 0)) for k in ("active", "succeeded", "failed", "restarts", "disruptions")
+    }
+
+
+def cond_of(job: dict[str, Any] | None, type_: str) -> tuple[str, str, str] | None:
+    """(status, reason, message) of a condition."""
+    c = condition(job, type_)
+    return (c["status"], c.get("reason", ""), c.get("message", "")) if c else None
+
+
+def live(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp")
+
+
+def phases(kube: Kube, ns: str, job: str) -> dict[str, str]:
+    """{pod name: phase, with "+T" when terminating}."""
+    return {
+        p["metadata"]["name"]: p.get("status", {}).get("phase", "") + ("" if live(p) else "+T")
+        for p in kube.pods(ns, job)
+    }
+
+
+def svc_names(kube: Kube, ns: str, job: str) -> list[str]:
+    return [s["metadata"]["name"] for s in kube.services(ns, job)]
+
+
+def all_running(kube: Kube, ns: str, job: str, n: int) -> list[dict[str, Any]] | None:
+    pods = kube.pods(ns, job)
+    if len(pods) == n and all(
+        live(p) and p.get("status", {}).get("phase") == "Running" for p in pods
+    ):
+        return pods
+    return None
+
+
+def wait_job(kube: Kube, ns: str, name: str, type_: str, timeout: float = 30) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        job = kube.tfjob(ns, name)
+        return job if is_true(job, type_) else None
+
+    return wait_for(check, timeout, f"{name} {type_}")
+
+
+def wait_running(
+    kube: Kube, ns: str, name: str, n: int, timeout: float = 30
+) -> list[dict[str, Any]]:
+    """All n pods Running and the job's Running condition True."""
+    pods = wait_for(lambda: all_running(kube, ns, name, n), timeout, f"{n} running pods of {name}")
+    wait_job(kube, ns, name, "Running", timeout)
+    return pods
+
+
+def uid_of(kube: Kube, ns: str, pod: str) -> str:
+    got = kube.pod(ns, pod)
+    assert got is not None, pod
+    return str(got["metadata"]["uid"])
+
+
+def replaced_after_gone(history: PodHistory, old_uid: str, name: str) -> str:
+    """The UID of the pod that replaced ``old_uid`` under the same name; asserts it was
+    created only after the old pod was gone from the API."""
+    events = list(history.events)
+    # The old pod may predate the watch (listed, not ADDED): then everything is later.
+    born = next((i for i, (t, _, u) in enumerate(events) if t == "ADDED" and u == old_uid), -1)
+    deleted_at = next(i for i, (t, _, u) in enumerate(events) if t == "DELETED" and u == old_uid)
+    added = [
+        (i, u)
+        for i, (t, n, u) in enumerate(events)
+        if t == "ADDED" and n == name and i > born and u != old_uid
+    ]
+    assert added, f"no replacement of {name}"
+    assert added[0][0] > deleted_at, f"{name} replaced before the old pod was gone"
+    return added[0][1]
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def settled(kube: Kube, controller: ControllerProcess, ns: str, job: str) -> None:
+    """Poke the job (an annotation) and wait until the controller has reconciled since
+    and its queue is empty with no work in progress: whatever the controller was going to
+    do about the current world, it has done."""
+    before = metric(controller.metrics(), "controller_runtime_reconcile_total")
+    kube.patch_tfjob(ns, job, {"metadata": {"annotations": {"test/poke": str(time.monotonic())}}})
+
+    def idle() -> bool:
+        text = controller.metrics()
+        return (
+            metric(text, "controller_runtime_reconcile_total") > before
+            and metric(text, "workqueue_depth") == 0
+            and metric(text, "controller_runtime_active_workers") == 0
+        )
+
+    wait_for(idle, 20, "controller idle after a reconcile")
+
+
+class JobHistory:
+    """Watches the TFJobs of a namespace and records, per job, every stored status."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.cluster = cluster
+        self.ns = ns
+        self.statuses: dict[str, list[dict[str, Any]]] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> JobHistory:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        api = self.cluster.api
+        path = f"/apis/kubeflow.org/v1/namespaces/{self.ns}/tfjobs"
+        _, lst = api.request("GET", path)
+        for j in lst["items"]:
+            self._observe(j)
+        rv = lst["metadata"]["resourceVersion"]
+        self._ready.set()
+        ctx: ssl.SSLContext = api.ctx
+        while not self._stop.is_set():
+            url = (
+                f"{api.base}{path}?watch=true&resourceVersion={rv}"
+                "&timeoutSeconds=5&allowWatchBookmarks=true"
+            )
+            try:
+                with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+                    for raw in r:
+                        ev = json.loads(raw)
+                        obj = ev["object"]
+                        rv = obj["metadata"].get("resourceVersion", rv)
+                        if ev["type"] in ("ADDED", "MODIFIED"):
+                            self._observe(obj)
+                        if self._stop.is_set():
+                            break
+            except OSError:
+                continue
+
+    def _observe(self, job: dict[str, Any]) -> None:
+        status = job.get("status") or {}
+        seen = self.statuses.setdefault(job["metadata"]["name"], [])
+        if not seen or seen[-1] != status:
+            seen.append(status)
+
+    def true_sequence(self, name: str) -> list[str]:
+        """The condition types in the order they became True, over the stored statuses
+        (a type that stays True across several writes appears once)."""
+        out: list[str] = []
+        before: set[str] = set()
+        for status in list(self.statuses.get(name, [])):
+            now = {c["type"] for c in status.get("conditions") or [] if c.get("status") == "True"}
+            for c in status.get("conditions") or []:
+                if c["type"] in now and c["type"] not in before:
+                    out.append(c["type"])
+            before = now
+        return out
+
+    def saw(self, name: str, type_: str, status: str, reason: str) -> dict[str, Any] | None:
+        for st in list(self.statuses.get(name, [])):
+            for c in st.get("conditions") or []:
+                if (c["type"], c.get("status"), c.get("reason")) == (type_, status, reason):
+                    return dict(c)
+        return None
