@@ -659,7 +659,7 @@ def cmd_up(opts: argparse.Namespace) -> int:
                 for n in body["items"]
                 if any(
                     c["type"] == "Ready" and c["status"] == "True"
-                    for c in n.get("status", {}).get("conditions", [])
+                    for c in (n.get("status") or {}).get("conditions") or []
                 )
             ]
             return len(ready) >= opts.nodes

@@ -33,7 +33,7 @@ def say(msg: str) -> None:
 
 def summary(job: dict[str, Any]) -> str:
     st = job.get("status") or {}
-    conds = [c for c in st.get("conditions", []) if c.get("status") == "True"]
+    conds = [c for c in st.get("conditions") or [] if c.get("status") == "True"]
     state = conds[-1]["type"] if conds else "Pending"
     reps = ", ".join(
         f"{rt}: active={r.get('active', 0)} succeeded={r.get('succeeded', 0)} "
@@ -46,7 +46,7 @@ def summary(job: dict[str, Any]) -> str:
 def finished(job: dict[str, Any]) -> bool:
     return any(
         c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions", [])
+        for c in (job.get("status") or {}).get("conditions") or []
     )
 
 

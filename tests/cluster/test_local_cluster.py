@@ -221,7 +221,7 @@ async def test_crd_from_yaml_established_and_usable(
             "GET",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.test.tfjob.local",
         )
-        conds = crd.get("status", {}).get("conditions", [])
+        conds = (crd.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
             break
         assert time.monotonic() < deadline, "CRD never Established"
