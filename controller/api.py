@@ -183,7 +183,12 @@ class KubeApi:
         self._session = self._stream_session = None
 
     def _new_session(self, pool_size: int) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=pool_size, ssl=_ssl_context(self.configuration))
+        # Building a TLS context loads CA certificates (system ones when the kubeconfig
+        # names none: ~0.1 s): skip it for a plain-HTTP apiserver (local stand-ins).
+        tls = not self._host.lower().startswith("http:")
+        connector = aiohttp.TCPConnector(
+            limit=pool_size, ssl=_ssl_context(self.configuration) if tls else False
+        )
         return aiohttp.ClientSession(
             connector=connector,
             json_serialize=lambda o: encode_json(o).decode(),

@@ -573,6 +573,8 @@ class PhaseResult:
     cpu_s: float | None = None
     peak_rss: int | None = None
     profiled: bool = False
+    #: 1-minute load average at the end of the phase (the machine may be shared)
+    load: float = field(default_factory=lambda: os.getloadavg()[0])
 
 
 def pct(values: list[float], p: float) -> float | None:
@@ -1005,6 +1007,10 @@ def report(args: argparse.Namespace, runs: list[tuple[PhaseResult, PhaseResult]]
         lambda o, f: fmt(o.peak_rss / 2**20 if o.peak_rss else None, ".0f"),
     )
     row("phase wall time, ours / floor (s)", lambda o, f: f"{o.wall_s:.1f} / {f.wall_s:.1f}")
+    row(
+        f"1-min load average at phase end, ours / floor ({os.cpu_count()} CPUs)",
+        lambda o, f: f"{o.load:.1f} / {f.load:.1f}",
+    )
     lines = [
         f"### tfjob-controller vs floor: {n} TFJobs x {m} replicas "
         f"({n * m} pods, {n * m} services), {args.controller_threads} controller threads, "
