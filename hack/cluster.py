@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-KWOK_VERSION = os.environ.get("KWOK_VERSION", "v0.8.0")
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 
 
@@ -114,28 +113,19 @@ def build_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def kwok_stage_files() -> list[Path]:
-    """kwok's own fast node/pod stages, from its Go module, plus our exit-code stage."""
-    gomodcache = subprocess.run(
-        ["go", "env", "GOMODCACHE"], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout.strip()
-    base = Path(gomodcache) / f"sigs.k8s.io/kwok@{KWOK_VERSION}/kustomize/stage"
-    if not base.exists():
-        subprocess.run(
-            ["go", "mod", "download", f"sigs.k8s.io/kwok@{KWOK_VERSION}"],
-            check=True,
-            cwd=str(Path.home()),
-            env={**os.environ, "GOFLAGS": "-mod=mod"},
-        )
+def kwok_stage_files(bins: Path) -> list[Path]:
+    """kwok's own fast node/pod stages (copied beside the binaries by
+    build-binaries.sh), plus our exit-code stage."""
+    stages = bins.parent / "stages"
     files = [
-        base / "node/fast/node-initialize.yaml",
-        base / "pod/fast/pod-ready.yaml",
-        base / "pod/fast/pod-delete.yaml",
+        stages / "node-initialize.yaml",
+        stages / "pod-ready.yaml",
+        stages / "pod-delete.yaml",
         REPO / "hack/kwok-exit-stage.yaml",
     ]
     for f in files:
         if not f.exists():
-            raise SystemExit(f"missing kwok stage file {f}")
+            raise SystemExit(f"missing kwok stage file {f}; run hack/build-binaries.sh")
     return files
 
 
@@ -515,7 +505,7 @@ def component_argv(
             "--cidr=10.244.0.0/16",
             "--node-lease-duration-seconds=0",
         ]
-        for f in kwok_stage_files():
+        for f in kwok_stage_files(bins):
             argv.append(f"--config={f}")
         return argv
     raise ValueError(name)
