@@ -12,8 +12,13 @@ bounds the overall retry rate, not any single item's.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
+
+import anyio
 
 from controller.clock import SystemClock
 from controller.types import Clock
@@ -30,12 +35,38 @@ class RateLimiter(Protocol[T_contra]):
     def num_requeues(self, item: T_contra) -> int: ...
 
 
+#: ``TokenBucket.acquire`` priorities: lower goes first. Writes that a user or the next
+#: reconcile waits on (status, deletes) are HIGH; bulk work (creates, reads) is NORMAL.
+PRIORITY_HIGH = 0
+PRIORITY_NORMAL = 1
+
+
+@dataclass(order=True, slots=True)
+class _Waiter:
+    priority: int
+    seq: int
+    event: anyio.Event = field(compare=False, default_factory=anyio.Event)
+    #: "granted": it owns a token; "timer": it must sleep until the next token is due
+    #: and hand tokens out; "": keep waiting.
+    role: str = field(compare=False, default="")
+    gone: bool = field(compare=False, default=False)
+
+
 class TokenBucket:
-    """A token bucket that hands out reservations, like golang.org/x/time/rate.
+    """A token bucket at ``qps`` with ``burst``, like golang.org/x/time/rate.
 
     ``reserve()`` always takes a token, possibly going into debt, and returns the delay
     after which the caller may proceed; callers that wait that long together never
-    exceed ``qps`` on average or ``burst`` at once. ``qps <= 0`` disables limiting.
+    exceed ``qps`` on average or ``burst`` at once (the requeue limiters use it).
+
+    ``acquire(priority)`` waits for a token in priority order: waiters are a heap of
+    (priority, arrival), and each token that becomes due goes to the head, so a HIGH
+    request that arrives behind a thousand waiting NORMAL ones takes the very next
+    token. A request takes a token at once only when nobody waits. One waiter at a
+    time (the "timer") sleeps until the next token is due and hands out what has
+    accrued; tokens are never created faster than ``qps`` nor held beyond ``burst``,
+    so priorities reorder requests without changing the rate. ``qps <= 0`` disables
+    limiting.
     """
 
     def __init__(self, qps: float, burst: int, clock: Clock | None = None) -> None:
@@ -44,10 +75,18 @@ class TokenBucket:
         self._clock = clock or SystemClock()
         self._tokens = float(self._burst)
         self._last = self._clock.monotonic()
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+        self._timer: _Waiter | None = None
 
     @property
     def enabled(self) -> bool:
         return self._qps > 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting in ``acquire`` (for tests and metrics)."""
+        return sum(1 for w in self._waiters if not w.gone)
 
     def _refill(self) -> None:
         now = self._clock.monotonic()
@@ -61,10 +100,64 @@ class TokenBucket:
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self._qps
 
-    async def acquire(self) -> None:
-        delay = self.reserve()
-        if delay > 0:
-            await self._clock.sleep(delay)
+    async def acquire(self, priority: int = PRIORITY_NORMAL) -> None:
+        if self._qps <= 0:
+            return
+        if not self._waiters:
+            self._refill()
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return
+        me = _Waiter(priority, next(self._seq))
+        heapq.heappush(self._waiters, me)
+        if self._timer is None:
+            self._make_timer(me)
+        try:
+            while me.role != "granted":
+                if me.role == "timer":
+                    await self._clock.sleep((1.0 - self._tokens) / self._qps)
+                    self._timer = None
+                    me.role = ""
+                    self._grant()
+                    # the duty stays with this waiter, or passes on once it has a token
+                    self._make_timer(None if me.role == "granted" else me)
+                else:
+                    await me.event.wait()
+                    me.event = anyio.Event()
+        except BaseException:
+            # Cancelled: leave the queue; a timer hands its duty on. A token already
+            # granted is not returned (erring on the slow side keeps the rate bound).
+            me.gone = True
+            if self._timer is me:
+                self._timer = None
+                self._make_timer(None)
+            raise
+
+    def _grant(self) -> None:
+        """Hand every token that is due to the waiters at the head of the heap."""
+        self._refill()
+        while self._waiters and self._tokens >= 1.0 - 1e-9:
+            w = heapq.heappop(self._waiters)
+            if w.gone:
+                continue
+            self._tokens -= 1.0
+            w.role = "granted"
+            w.event.set()
+
+    def _make_timer(self, candidate: _Waiter | None) -> None:
+        """Give the timer duty to ``candidate`` (a waiter that is running), else to the
+        first live waiter, which is woken to take it up."""
+        while self._waiters and self._waiters[0].gone:
+            heapq.heappop(self._waiters)
+        if candidate is not None and not candidate.gone and candidate.role == "":
+            self._timer = candidate
+            candidate.role = "timer"
+            return
+        if self._waiters:
+            w = self._waiters[0]
+            self._timer = w
+            w.role = "timer"
+            w.event.set()
 
 
 class ItemExponentialRateLimiter(Generic[T]):

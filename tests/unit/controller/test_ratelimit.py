@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from controller.clock import FakeClock
 from controller.ratelimit import (
+    PRIORITY_HIGH,
+    PRIORITY_NORMAL,
     BucketRateLimiter,
     ItemExponentialRateLimiter,
     MaxOfRateLimiter,
@@ -80,3 +83,122 @@ def test_default_controller_limiter_shape() -> None:
         limiter.when(f"other-{i}")
     # the bucket is now in debt: a fresh item waits on the global rate, not its own
     assert limiter.when("fresh") > 1.0
+
+
+# --- priority acquire -----------------------------------------------------------------
+
+
+async def _settle() -> None:
+    await anyio.wait_all_tasks_blocked()
+
+
+async def test_acquire_takes_burst_at_once_then_waits() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=2, clock=clock)
+    await bucket.acquire()
+    await bucket.acquire()
+    done: list[int] = []
+
+    async def one() -> None:
+        await bucket.acquire()
+        done.append(1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one)
+        await _settle()
+        assert done == [] and bucket.waiting == 1
+        clock.advance(0.099)
+        await _settle()
+        assert done == []
+        clock.advance(0.001)
+        await _settle()
+        assert done == [1]
+
+
+async def test_high_priority_jumps_ahead_of_waiting_normal_ones() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=1, clock=clock)
+    await bucket.acquire()  # the bucket is empty now
+    order: list[str] = []
+
+    async def req(name: str, priority: int) -> None:
+        await bucket.acquire(priority)
+        order.append(name)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(req, f"create{i}", PRIORITY_NORMAL)
+            await _settle()
+        tg.start_soon(req, "status", PRIORITY_HIGH)
+        await _settle()
+        assert bucket.waiting == 6
+        clock.advance(0.1)  # one token
+        await _settle()
+        assert order == ["status"]
+        tg.start_soon(req, "status2", PRIORITY_HIGH)
+        await _settle()
+        for _ in range(5):
+            clock.advance(0.1)
+            await _settle()
+    # high first; equal priorities keep their arrival order
+    assert order == ["status", "status2", "create0", "create1", "create2", "create3"] + [
+        "create4"
+    ]
+
+
+async def test_priorities_never_exceed_qps_or_burst() -> None:
+    clock = FakeClock()
+    qps, burst, n = 20.0, 30, 200
+    bucket = TokenBucket(qps=qps, burst=burst, clock=clock)
+    start = clock.monotonic()
+    grants: list[float] = []
+
+    async def req(priority: int) -> None:
+        await bucket.acquire(priority)
+        grants.append(clock.monotonic() - start)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            # a mix, with high-priority requests arriving all the time
+            tg.start_soon(req, PRIORITY_HIGH if i % 3 == 0 else PRIORITY_NORMAL)
+        await _settle()
+        while len(grants) < n:
+            clock.advance(0.01)
+            await _settle()
+            if len(grants) < n and n // 2 < len(grants) < n // 2 + 5:
+                tg.start_soon(req, PRIORITY_HIGH)  # a late arrival
+                n += 1
+    assert len(grants) == n
+    # every window [t0, t1] holds at most burst + qps·(t1 - t0) grants
+    for i, t0 in enumerate(grants):
+        for j in range(i, len(grants)):
+            assert j - i + 1 <= burst + qps * (grants[j] - t0) + 1e-6
+    # and the bucket was kept busy: the last grant is when the rate says it is due
+    assert grants[-1] == pytest.approx((n - burst) / qps, abs=0.02)
+
+
+async def test_a_cancelled_waiter_does_not_stall_the_others() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=1, clock=clock)
+    await bucket.acquire()
+    done: list[str] = []
+    first = anyio.CancelScope()
+
+    async def req(name: str, scope: anyio.CancelScope | None = None) -> None:
+        with scope or anyio.CancelScope():
+            await bucket.acquire()
+            done.append(name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(req, "never", first)  # the first waiter: it keeps the timer
+        await _settle()
+        tg.start_soon(req, "a")
+        tg.start_soon(req, "b")
+        await _settle()
+        first.cancel()
+        await _settle()
+        assert bucket.waiting == 2
+        for _ in range(2):
+            clock.advance(0.1)
+            await _settle()
+    assert done == ["a", "b"]
