@@ -17,10 +17,13 @@ Order of decisions (each step returns early):
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import orjson
 
 from controller.types import JSON
 from reconcile import status as st
@@ -52,7 +55,7 @@ from reconcile.restart import (
 )
 from reconcile.services import build_service
 from reconcile.status_types import JobCondition, JobStatus, ReplicaStatus, parse_indexes
-from reconcile.validation import check, format_errors
+from reconcile.validation import FieldError, check, format_errors
 
 #: Replica types in the order upstream's UpdateJobStatus walks them (status decisions and the
 #: "which replica failed" message depend on it).
@@ -121,15 +124,52 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
     old = JobStatus.from_json(job.get("status"))
     if st.is_finished(old.conditions):
         return _finished_plan(snap, old, run_policy)
-    # Validate the spec only: the status is ours and is read leniently above, so a status
-    # this version cannot parse must not turn the job into a validation failure.
-    parsed, errors = check({k: v for k, v in job.items() if k != "status"})
-    if parsed is None or errors:
+    defaulted, errors = checked_spec(job)
+    if defaulted is None:
         return _invalid_plan(snap, old, format_errors(errors))
-    ctx = _Context.build(snap, apply_defaults(parsed), old, config)
+    ctx = _Context.build(snap, defaulted, old, config)
     if ctx.tfjob.spec.run_policy is not None and ctx.tfjob.spec.run_policy.suspend:
         return _suspend_plan(ctx)
     return _active_plan(ctx)
+
+
+#: The spec parsed, validated and defaulted, keyed by everything check() reads: the
+#: object's identity and its spec, byte for byte. A hit is exactly the value check() and
+#: apply_defaults() would compute again, so the plan stays a pure function of its
+#: snapshot while status-only passes skip the pydantic work (a fifth of a busy
+#: controller's planning time before).
+_SpecKey = tuple[str, str, str, bytes]
+_SPEC_CACHE: OrderedDict[_SpecKey, tuple[TFJob | None, list[FieldError]]] = OrderedDict()
+_SPEC_CACHE_SIZE = 1024
+
+
+def checked_spec(job: Mapping[str, Any]) -> tuple[TFJob | None, list[FieldError]]:
+    """The job parsed, validated and defaulted, or None and the field errors."""
+    meta = job.get("metadata") or {}
+    key: _SpecKey | None
+    try:
+        key = (
+            str(meta.get("uid", "")),
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            orjson.dumps(job.get("spec"), option=orjson.OPT_SORT_KEYS),
+        )
+    except TypeError:
+        key = None  # not plain JSON: no caching, check() will say what is wrong
+    if key is not None and key in _SPEC_CACHE:
+        _SPEC_CACHE.move_to_end(key)
+        return _SPEC_CACHE[key]
+    # Validate the spec only: the status is ours and is read leniently by the caller, so
+    # a status this version cannot parse must not turn the job into a validation failure.
+    parsed, errors = check({k: v for k, v in job.items() if k != "status"})
+    result: tuple[TFJob | None, list[FieldError]] = (
+        (None, errors) if parsed is None or errors else (apply_defaults(parsed), [])
+    )
+    if key is not None:
+        _SPEC_CACHE[key] = result
+        if len(_SPEC_CACHE) > _SPEC_CACHE_SIZE:
+            _SPEC_CACHE.popitem(last=False)
+    return result
 
 
 # --- context --------------------------------------------------------------------------------
