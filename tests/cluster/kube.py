@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from tests.conftest import Cluster
 
@@ -234,40 +234,41 @@ def env_of(pod: dict[str, Any], var: str, container: str = "tensorflow") -> str 
     return None
 
 
-class PodHistory:
-    """Watches pods of a namespace in a thread and checks an invariant on every event:
-    never two live (not deleted) pods for one (job, replica type, index)."""
+class WatchThread:
+    """Lists, then watches one collection in a background thread, handing every
+    ADDED/MODIFIED/DELETED event, and each object of the initial list as LISTED,
+    to ``_observe``."""
 
-    def __init__(self, cluster: Cluster, ns: str) -> None:
+    def __init__(self, cluster: Cluster, path: str) -> None:
         self.cluster = cluster
-        self.ns = ns
-        self.violations: list[str] = []
-        self.events: list[tuple[str, str, str]] = []
-        self.live: dict[str, dict[str, Any]] = {}
+        self.path = path
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> PodHistory:
+    def __enter__(self) -> Self:
         self._thread.start()
-        self._ready.wait(10)
+        assert self._ready.wait(10), f"watch on {self.path} never started"
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(15)
 
+    def _observe(self, type_: str, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
         api = self.cluster.api
-        _, lst = api.request("GET", f"/api/v1/namespaces/{self.ns}/pods")
-        for p in lst["items"]:
-            self.live[p["metadata"]["uid"]] = p
+        _, lst = api.request("GET", self.path)
+        for item in lst["items"]:
+            self._observe("LISTED", item)
         rv = lst["metadata"]["resourceVersion"]
         self._ready.set()
         ctx: ssl.SSLContext = api.ctx
         while not self._stop.is_set():
             url = (
-                f"{api.base}/api/v1/namespaces/{self.ns}/pods?watch=true&resourceVersion={rv}"
+                f"{api.base}{self.path}?watch=true&resourceVersion={rv}"
                 "&timeoutSeconds=5&allowWatchBookmarks=true"
             )
             try:
@@ -276,16 +277,30 @@ class PodHistory:
                         ev = json.loads(raw)
                         obj = ev["object"]
                         rv = obj["metadata"].get("resourceVersion", rv)
-                        if ev["type"] == "BOOKMARK":
-                            continue
-                        self._observe(ev["type"], obj)
+                        if ev["type"] != "BOOKMARK":
+                            self._observe(ev["type"], obj)
                         if self._stop.is_set():
                             break
             except OSError:
                 continue
 
+
+class PodHistory(WatchThread):
+    """Watches pods of a namespace and checks an invariant on every event:
+    never two live (not deleted) pods for one (job, replica type, index)."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.ns = ns
+        self.violations: list[str] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.live: dict[str, dict[str, Any]] = {}
+        super().__init__(cluster, f"/api/v1/namespaces/{ns}/pods")
+
     def _observe(self, type_: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
+        if type_ == "LISTED":
+            self.live[uid] = pod
+            return
         self.events.append((type_, pod["metadata"]["name"], uid))
         if type_ == "DELETED":
             self.live.pop(uid, None)

@@ -12,14 +12,19 @@
 from __future__ import annotations
 
 import json
-import ssl
-import threading
 import time
-import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.cluster.kube import ControllerProcess, Kube, PodHistory, condition, is_true, wait_for
+from tests.cluster.kube import (
+    ControllerProcess,
+    Kube,
+    PodHistory,
+    WatchThread,
+    condition,
+    is_true,
+    wait_for,
+)
 from tests.conftest import Cluster
 
 TEMPLATE: dict[str, Any] = {
@@ -179,54 +184,20 @@ def settled(kube: Kube, controller: ControllerProcess, ns: str, job: str) -> Non
     wait_for(idle, 20, "controller idle after a reconcile")
 
 
-class JobHistory:
+class JobHistory(WatchThread):
     """Watches the TFJobs of a namespace and records, per job, every stored status."""
 
     def __init__(self, cluster: Cluster, ns: str) -> None:
-        self.cluster = cluster
         self.ns = ns
         self.statuses: dict[str, list[dict[str, Any]]] = {}
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(cluster, f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs")
 
-    def __enter__(self) -> JobHistory:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
+    def _observe(self, type_: str, job: dict[str, Any]) -> None:
+        if type_ == "DELETED":
+            return
+        self._record(job)
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-    def _run(self) -> None:
-        api = self.cluster.api
-        path = f"/apis/kubeflow.org/v1/namespaces/{self.ns}/tfjobs"
-        _, lst = api.request("GET", path)
-        for j in lst["items"]:
-            self._observe(j)
-        rv = lst["metadata"]["resourceVersion"]
-        self._ready.set()
-        ctx: ssl.SSLContext = api.ctx
-        while not self._stop.is_set():
-            url = (
-                f"{api.base}{path}?watch=true&resourceVersion={rv}"
-                "&timeoutSeconds=5&allowWatchBookmarks=true"
-            )
-            try:
-                with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
-                    for raw in r:
-                        ev = json.loads(raw)
-                        obj = ev["object"]
-                        rv = obj["metadata"].get("resourceVersion", rv)
-                        if ev["type"] in ("ADDED", "MODIFIED"):
-                            self._observe(obj)
-                        if self._stop.is_set():
-                            break
-            except OSError:
-                continue
-
-    def _observe(self, job: dict[str, Any]) -> None:
+    def _record(self, job: dict[str, Any]) -> None:
         status = job.get("status") or {}
         seen = self.statuses.setdefault(job["metadata"]["name"], [])
         if not seen or seen[-1] != status:
