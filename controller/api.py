@@ -13,7 +13,9 @@ Contract:
   of pods that cost 4-6x the decode itself. JSON holds no reference cycles, so nothing
   is lost by not looking for them meanwhile.
 - All requests, watches included, pass one client-side token bucket (qps/burst;
-  ``qps <= 0`` disables it), so a hot loop cannot flood the apiserver.
+  ``qps <= 0`` disables it), so a hot loop cannot flood the apiserver. Waiting requests
+  are served in priority order (``request(priority=...)``): a status write does not
+  queue behind a thousand creates, and the total rate stays at qps/burst.
 - Watches use their own connection pool: aiohttp speaks HTTP/1.1, so every open watch
   pins a connection and would otherwise starve ordinary requests. Every request has a
   total timeout; a stream has a per-read timeout instead, so a half-open connection is
@@ -37,7 +39,7 @@ from kubernetes_asyncio.client.configuration import Configuration
 
 from controller import errors
 from controller.clock import SystemClock
-from controller.ratelimit import TokenBucket
+from controller.ratelimit import PRIORITY_NORMAL, TokenBucket
 from controller.types import JSON, Clock
 
 #: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
@@ -249,8 +251,11 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         request_timeout: float | None = None,
+        priority: int = PRIORITY_NORMAL,
     ) -> JSON:
-        """Send one request; return the decoded JSON body ({} when empty)."""
+        """Send one request; return the decoded JSON body ({} when empty). ``priority``
+        orders it among requests waiting for the client-side rate limit
+        (``controller.ratelimit.PRIORITY_*``; lower goes first)."""
         headers = await self._auth_headers()
         data = None
         if body is not None:
@@ -258,7 +263,7 @@ class KubeApi:
             headers["Content-Type"] = content_type
         total = request_timeout if request_timeout is not None else self.settings.request_timeout
         client_timeout = aiohttp.ClientTimeout(total=total, connect=self.settings.connect_timeout)
-        await self._bucket.acquire()
+        await self._bucket.acquire(priority)
         session = self._get_session(stream=False)
         try:
             async with session.request(

@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from controller import errors
 from controller.api import KubeApi
+from controller.ratelimit import PRIORITY_HIGH
 from controller.types import JSON
 
 
@@ -179,7 +180,11 @@ class ResourceClient:
         return await self.api.request("PUT", self.path(namespace, name), body=body)
 
     async def replace_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
-        return await self.api.request("PUT", self.path(namespace, name, "status"), body=body)
+        # High priority: status is what users and the next reconcile wait on; it must
+        # not queue for the client-side rate limit behind a backlog of creates.
+        return await self.api.request(
+            "PUT", self.path(namespace, name, "status"), body=body, priority=PRIORITY_HIGH
+        )
 
     async def patch(
         self,
@@ -213,6 +218,8 @@ class ResourceClient:
             options["preconditions"] = preconditions
         if propagation:
             options["propagationPolicy"] = propagation
+        # Normal priority, deliberately: a TTL deletion must not overtake the events
+        # recorded about the job before it (they are written at normal priority).
         await self.api.request("DELETE", self.path(namespace, name), body=options)
 
 

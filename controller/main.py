@@ -244,6 +244,8 @@ async def run(args: argparse.Namespace) -> int:
             clock=clock,
             metrics=metrics,
         )
+        # a create that fails in the background puts its job back on this queue
+        reconciler.requeue = ctrl
         job_informer.add_handler(job_handler(expectations, ctrl.enqueue, job_metrics))
         pod_informer.add_handler(child_handler(pods_key, expectations, ctrl.enqueue))
         service_informer.add_handler(child_handler(services_key, expectations, ctrl.enqueue))
@@ -268,6 +270,8 @@ async def run(args: argparse.Namespace) -> int:
             elector=elector,
             services=[
                 recorder.run,
+                # the background writer of the reconciler's creates
+                reconciler.run,
                 serve_probes(
                     metrics=metrics,
                     metrics_address=args.metrics_bind_address,

@@ -35,8 +35,9 @@ class RateLimiter(Protocol[T_contra]):
     def num_requeues(self, item: T_contra) -> int: ...
 
 
-#: ``TokenBucket.acquire`` priorities: lower goes first. Writes that a user or the next
-#: reconcile waits on (status, deletes) are HIGH; bulk work (creates, reads) is NORMAL.
+#: ``TokenBucket.acquire`` priorities: lower goes first. TFJob status writes, which users
+#: and the next reconcile wait on, are HIGH; everything else (creates, deletes, events,
+#: reads) is NORMAL and keeps its arrival order.
 PRIORITY_HIGH = 0
 PRIORITY_NORMAL = 1
 

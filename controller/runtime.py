@@ -83,6 +83,13 @@ class Controller:
     def enqueue_after(self, key: str, delay: float) -> None:
         self.queue.add_after(key, delay)
 
+    # controller.types.Requeue, for writes a reconciler finishes in the background
+    def requeue(self, key: str) -> None:
+        self.queue.add_rate_limited(key)
+
+    def requeue_after(self, key: str, seconds: float) -> None:
+        self.queue.add_after(key, seconds)
+
     @property
     def in_flight(self) -> int:
         return self._in_flight

@@ -130,5 +130,17 @@ class EventSink(Protocol):
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
 
 
+class Requeue(Protocol):
+    """Puts a key back on the controller's workqueue from outside a reconcile pass (a
+    background write that failed). Implemented by controller.runtime.Controller.
+    Never blocks and never raises."""
+
+    def requeue(self, key: str) -> None:
+        """Add the key with the queue's rate limiting (per-key backoff)."""
+        ...
+
+    def requeue_after(self, key: str, seconds: float) -> None: ...
+
+
 class Reconciler(Protocol):
     async def reconcile(self, key: str) -> Result: ...

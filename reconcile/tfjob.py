@@ -8,6 +8,18 @@
 Everything that decides lives in reconcile.plan and the modules it calls; this module
 only sequences reads and writes. The writes of one pass run concurrently, bounded by a
 semaphore (and by the API client's own rate limit).
+
+Creates do not hold a worker. When the reconciler's own ``run()`` is running (a Manager
+service), a pass raises the creation expectations, hands its creates to that background
+task group and goes on to the status write: the workers stay free for the jobs whose
+pods already run, instead of waiting on the creates of jobs behind them. The
+expectations keep the job's next pass from acting until every create is observed (or
+has failed), so nothing is created twice. A background create that fails lowers its
+expectation, records FailedCreate and requeues the job through ``Requeue`` with a
+per-job exponential backoff (the pass that planned it has already returned, so the
+workqueue's own backoff was reset). Deletes stay in the pass (restart accounting
+relies on "record the end, then delete": see reconcile.restart). Without ``run()``
+(unit tests) creates are awaited inline and a failure fails the pass, as before.
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from typing import Any
 
 import anyio
 import structlog
+from anyio.abc import TaskGroup, TaskStatus
 
 from controller import errors
 from controller.types import (
@@ -28,6 +41,7 @@ from controller.types import (
     EventSink,
     Expectations,
     ObjectWriter,
+    Requeue,
     Result,
     split_key,
 )
@@ -49,6 +63,11 @@ UNSATISFIED_RECHECK_SECONDS = 5.0
 #: first write, a finished job, any change that emits an event) is written at once.
 STATUS_COALESCE_SECONDS = 0.1
 
+#: Backoff of a job whose background creates keep failing: base · 2^(failures-1), capped
+#: (the workqueue's per-item defaults).
+CREATE_RETRY_BASE_SECONDS = 0.005
+CREATE_RETRY_MAX_SECONDS = 1000.0
+
 
 def pods_key(job_key: str) -> str:
     return f"{job_key}/pods"
@@ -63,6 +82,8 @@ class Outcome:
     """Counters for the one summary log line of a pass."""
 
     created: int = 0
+    #: creates given to the background writer (their results arrive after the pass)
+    handed_off: int = 0
     deleted: int = 0
     failed_writes: int = 0
     status_written: bool = False
@@ -96,6 +117,7 @@ class TFJobReconciler:
         metrics: JobMetrics | None = None,
         max_concurrent_writes: int = 64,
         status_coalesce_seconds: float = STATUS_COALESCE_SECONDS,
+        requeue: Requeue | None = None,
     ) -> None:
         self.metrics = metrics
         self.caches = caches
@@ -108,6 +130,26 @@ class TFJobReconciler:
         self.status_coalesce_seconds = status_coalesce_seconds
         #: job key -> monotonic time its held progress-only status change was first seen
         self._status_held_since: dict[str, float] = {}
+        self.requeue = requeue
+        #: the background writer's task group and its bound on creates in flight, set
+        #: while run() runs
+        self._background: TaskGroup | None = None
+        self._background_limiter: anyio.Semaphore | None = None
+        #: job key -> consecutive background create failures (reset once a pass of the
+        #: job has nothing left to create)
+        self._create_failures: dict[str, int] = {}
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The background writer (a Manager service): runs handed-off creates until
+        cancelled; creates still in flight then are cancelled with it."""
+        self._background_limiter = anyio.Semaphore(self.max_concurrent_writes)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._background = tg
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            self._background = None
 
     async def reconcile(self, key: str) -> Result:
         namespace, name = split_key(key)
@@ -117,6 +159,7 @@ class TFJobReconciler:
             for k in (key, pods_key(key), services_key(key)):
                 self.expectations.delete(k)
             self._status_held_since.pop(key, None)
+            self._create_failures.pop(key, None)
             structlog.contextvars.bind_contextvars(outcome="gone")
             return Result()
         # 2. A job being deleted is left to the garbage collector.
@@ -163,6 +206,7 @@ class TFJobReconciler:
                 self.metrics.transition(job, ev.reason)
         structlog.contextvars.bind_contextvars(
             created=outcome.created,
+            creates_handed_off=outcome.handed_off,
             deleted=outcome.deleted,
             status_written=outcome.status_written,
         )
@@ -212,10 +256,31 @@ class TFJobReconciler:
             jobs.append(self._deleter(job, self.writers.pods, pk, pod, "Pod", outcome))
         for svc in plan.delete_services:
             jobs.append(self._deleter(job, self.writers.services, sk, svc, "Service", outcome))
-        for pod in plan.create_pods:
-            jobs.append(self._creator(job, self.writers.pods, pk, pod, "Pod", outcome))
+        # Services first, pods last: the job's next pass waits for all of them, and the
+        # pods are what start running, so they should be the last to wait.
+        creates: list[Callable[[], Awaitable[None]]] = []
         for svc in plan.create_services:
-            jobs.append(self._creator(job, self.writers.services, sk, svc, "Service", outcome))
+            creates.append(
+                self._creator(key, job, self.writers.services, sk, svc, "Service", outcome)
+            )
+        for pod in plan.create_pods:
+            creates.append(self._creator(key, job, self.writers.pods, pk, pod, "Pod", outcome))
+        if not creates:
+            self._create_failures.pop(key, None)
+        background, bg_limiter = self._background, self._background_limiter
+        if background is not None and bg_limiter is not None:
+            # Hand them off: the expectations raised above gate the job's next pass
+            # until they are observed, so this pass need not wait for them.
+            outcome.handed_off = len(creates)
+
+            async def run_bg(fn: Callable[[], Awaitable[None]]) -> None:
+                async with bg_limiter:
+                    await fn()
+
+            for fn in creates:
+                background.start_soon(run_bg, fn)
+        else:
+            jobs.extend(creates)
         if not jobs:
             return
 
@@ -229,6 +294,7 @@ class TFJobReconciler:
 
     def _creator(
         self,
+        key: str,
         job: JSON,
         writer: ObjectWriter,
         exp_key: str,
@@ -248,11 +314,14 @@ class TFJobReconciler:
             except Exception as e:
                 self.expectations.creation_observed(exp_key)
                 outcome.failed_writes += 1
-                outcome.errors.append(e)
                 self.events.event(
                     job, "Warning", f"FailedCreate{kind}", f"Error creating: {_short(e)}"
                 )
-                log.warning("create failed", kind=kind, name=name, error=str(e))
+                log.warning("create failed", job=key, kind=kind, name=name, error=str(e))
+                if outcome.handed_off:
+                    self._retry_after_failed_create(key)
+                else:
+                    outcome.errors.append(e)
                 return
             outcome.created += 1
             self.events.event(
@@ -260,6 +329,16 @@ class TFJobReconciler:
             )
 
         return create
+
+    def _retry_after_failed_create(self, key: str) -> None:
+        """A background create failed after its pass returned: look at the job again,
+        backing off while its creates keep failing."""
+        failures = self._create_failures.get(key, 0)
+        self._create_failures[key] = failures + 1
+        if self.requeue is None:
+            return  # the expectation's recheck (UNSATISFIED_RECHECK_SECONDS) is the net
+        delay = CREATE_RETRY_BASE_SECONDS * 2.0 ** min(failures, 64)
+        self.requeue.requeue_after(key, min(delay, CREATE_RETRY_MAX_SECONDS))
 
     def _deleter(
         self,

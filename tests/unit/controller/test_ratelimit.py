@@ -137,18 +137,17 @@ async def test_high_priority_jumps_ahead_of_waiting_normal_ones() -> None:
         assert order == ["status"]
         tg.start_soon(req, "status2", PRIORITY_HIGH)
         await _settle()
-        for _ in range(5):
+        for _ in range(6):
             clock.advance(0.1)
             await _settle()
     # high first; equal priorities keep their arrival order
-    assert order == ["status", "status2", "create0", "create1", "create2", "create3"] + [
-        "create4"
-    ]
+    creates = [f"create{i}" for i in range(5)]
+    assert order == ["status", "status2", *creates]
 
 
 async def test_priorities_never_exceed_qps_or_burst() -> None:
     clock = FakeClock()
-    qps, burst, n = 20.0, 30, 200
+    qps, burst, n = 20.0, 10, 60
     bucket = TokenBucket(qps=qps, burst=burst, clock=clock)
     start = clock.monotonic()
     grants: list[float] = []
@@ -162,11 +161,13 @@ async def test_priorities_never_exceed_qps_or_burst() -> None:
             # a mix, with high-priority requests arriving all the time
             tg.start_soon(req, PRIORITY_HIGH if i % 3 == 0 else PRIORITY_NORMAL)
         await _settle()
+        late = 0
         while len(grants) < n:
-            clock.advance(0.01)
+            clock.advance(0.02)
             await _settle()
-            if len(grants) < n and n // 2 < len(grants) < n // 2 + 5:
-                tg.start_soon(req, PRIORITY_HIGH)  # a late arrival
+            if late < 5 and len(grants) > n // 2:
+                tg.start_soon(req, PRIORITY_HIGH)  # late arrivals, while many wait
+                late += 1
                 n += 1
     assert len(grants) == n
     # every window [t0, t1] holds at most burst + qps·(t1 - t0) grants
@@ -174,7 +175,7 @@ async def test_priorities_never_exceed_qps_or_burst() -> None:
         for j in range(i, len(grants)):
             assert j - i + 1 <= burst + qps * (grants[j] - t0) + 1e-6
     # and the bucket was kept busy: the last grant is when the rate says it is due
-    assert grants[-1] == pytest.approx((n - burst) / qps, abs=0.02)
+    assert grants[-1] == pytest.approx((n - burst) / qps, abs=0.03)
 
 
 async def test_a_cancelled_waiter_does_not_stall_the_others() -> None:
