@@ -23,6 +23,7 @@ from reconcile.tfjob import (
     services_key,
 )
 from tests.builders import make_tfjob
+from tests.fakes import RecordingEvents
 
 KEY = "ns/t"
 
@@ -55,12 +56,7 @@ class Writer:
         raise AssertionError("no patches expected")
 
 
-class Events:
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self.reasons.append(reason)
+Events = RecordingEvents
 
 
 class Requeues:

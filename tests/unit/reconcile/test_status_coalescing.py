@@ -15,6 +15,7 @@ from controller.store import Store
 from controller.types import JSON
 from reconcile.tfjob import STATUS_COALESCE_SECONDS, Caches, TFJobReconciler, Writers
 from tests.builders import make_pod, make_service, make_tfjob
+from tests.fakes import RecordingEvents
 
 KEY = "ns/t"
 
@@ -39,12 +40,7 @@ class StatusWriter:
         raise AssertionError("no patches expected")
 
 
-class Events:
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self.reasons.append(reason)
+Events = RecordingEvents
 
 
 class World:
