@@ -40,7 +40,7 @@ from controller.leader import LeaseElector
 from controller.logging import add_logging_flags, configure_logging
 from controller.metrics import Metrics
 from controller.runtime import Controller, Manager
-from controller.server import serve_probes
+from controller.server import add_server_flags, serve_probes
 from controller.store import (
     CONTROLLER_UID_INDEX,
     IndexFunc,
@@ -96,8 +96,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="client-side request rate limit; <= 0 disables it (default 20)",
     )
     p.add_argument("--kube-api-burst", type=int, default=30, help="client-side burst (default 30)")
-    p.add_argument("--metrics-bind-address", default=":8080")
-    p.add_argument("--health-probe-bind-address", default=":8081")
     p.add_argument(
         "--leader-elect",
         action="store_true",
@@ -127,6 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=360.0,
         help="cap of the replacement backoff in seconds (default 360)",
     )
+    add_server_flags(p)
     add_logging_flags(p)
     return p.parse_args(argv)
 

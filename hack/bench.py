@@ -32,7 +32,6 @@ import json
 import math
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -49,6 +48,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
 import aiohttp  # noqa: E402
+import cluster as cluster_mod  # noqa: E402  (hack/cluster.py)
 import orjson  # noqa: E402
 import psutil  # noqa: E402
 
@@ -270,8 +270,6 @@ class Env:
 
 
 def cluster_up(args: argparse.Namespace, pods_needed: int) -> Env:
-    import cluster as cluster_mod
-
     nodes = max(args.nodes, math.ceil(pods_needed * 1.25 / args.node_pods))
     say(
         f"starting the bench cluster in {cluster_mod.cluster_dir()} "
@@ -416,6 +414,12 @@ class Requests:
     def total(self, verbs: tuple[str, ...], resources: tuple[str, ...]) -> int:
         return sum(n for (v, r, _c), n in self.by_verb.items() if v in verbs and r in resources)
 
+    def creation_time(self, objects: int) -> float | None:
+        """First TFJob submitted -> the objects-th successful create (server clock)."""
+        if self.first_submit is None or len(self.creates_t) < objects:
+            return None
+        return self.creates_t[objects - 1] - self.first_submit
+
 
 def summarize_audit(events: list[dict[str, Any]], ua: str, ns: str) -> Requests:
     out = Requests()
@@ -453,15 +457,9 @@ def summarize_audit(events: list[dict[str, Any]], ua: str, ns: str) -> Requests:
 # --- the controller process ---------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ControllerProc:
     def __init__(self, env: Env, mode: Mode, out: Path, profile: bool, threads: int) -> None:
-        self.health = free_port()
+        self.health = cluster_mod.free_port()
         self.log_path = out / f"controller-{mode.slug}.log"
         self.profile_session = out / "profile.pyisession" if profile else None
         flags = [
@@ -470,7 +468,7 @@ class ControllerProc:
             f"--kube-api-burst={mode.burst}",
             f"--controller-threads={threads}",
             "--log-format=json",
-            f"--metrics-bind-address=127.0.0.1:{free_port()}",
+            f"--metrics-bind-address=127.0.0.1:{cluster_mod.free_port()}",
             f"--health-probe-bind-address=127.0.0.1:{self.health}",
         ]
         py = REPO / ".venv" / "bin" / "python"
@@ -575,6 +573,22 @@ class PhaseResult:
     profiled: bool = False
     #: 1-minute load average at the end of the phase (the machine may be shared)
     load: float = field(default_factory=lambda: os.getloadavg()[0])
+
+    @classmethod
+    def measured(
+        cls, name: str, mode: str, ns: str, reqs: Requests, objects: int, wall: float, **extra: Any
+    ) -> PhaseResult:
+        return cls(
+            name=name,
+            mode=mode,
+            namespace=ns,
+            requests=reqs,
+            creation_s=reqs.creation_time(objects),
+            expected_objects=objects,
+            created_objects=len(reqs.creates_t),
+            wall_s=wall,
+            **extra,
+        )
 
 
 def pct(values: list[float], p: float) -> float | None:
@@ -798,18 +812,13 @@ async def run_ours(
         events = await audit_read(env, harness, offset)
         reqs = summarize_audit(events, CONTROLLER_UA, ns)
         running_lat, succeeded_lat = tr.latencies()
-        creation = None
-        if reqs.first_submit is not None and len(reqs.creates_t) >= 2 * n * m:
-            creation = reqs.creates_t[2 * n * m - 1] - reqs.first_submit
-        return PhaseResult(
-            name="ours",
-            mode=mode.label,
-            namespace=ns,
-            requests=reqs,
-            creation_s=creation,
-            expected_objects=2 * n * m,
-            created_objects=len(reqs.creates_t),
-            wall_s=wall,
+        return PhaseResult.measured(
+            "ours",
+            mode.label,
+            ns,
+            reqs,
+            2 * n * m,
+            wall,
             jobs_succeeded=len(tr.job_succeeded),
             running_lat=running_lat,
             succeeded_lat=succeeded_lat,
@@ -902,19 +911,7 @@ async def run_floor(
         say(f"[floor {mode.label}] done in {wall:.1f}s; reading the audit log")
         events = await audit_read(env, harness, offset)
         reqs = summarize_audit(events, FLOOR_UA, ns)
-        creation = None
-        if reqs.first_submit is not None and len(reqs.creates_t) >= 2 * n * m:
-            creation = reqs.creates_t[2 * n * m - 1] - reqs.first_submit
-        return PhaseResult(
-            name="floor",
-            mode=mode.label,
-            namespace=ns,
-            requests=reqs,
-            creation_s=creation,
-            expected_objects=2 * n * m,
-            created_objects=len(reqs.creates_t),
-            wall_s=wall,
-        )
+        return PhaseResult.measured("floor", mode.label, ns, reqs, 2 * n * m, wall)
     finally:
         await floor.close()
         if cleanup:

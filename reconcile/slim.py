@@ -86,13 +86,25 @@ def _i(value: Any) -> Any:
     return _intern(value) if type(value) is str else value
 
 
-def _pick(src: JSON, keys: tuple[str, ...]) -> JSON:
-    """``{k: src[k]}`` for the keys present and not null, string values interned."""
-    out: JSON = {}
+def _pick(src: JSON, keys: tuple[str, ...], out: JSON | None = None) -> JSON:
+    """``{k: src[k]}`` for the keys present and not null, string values interned
+    (into ``out`` if given)."""
+    out = {} if out is None else out
     for k in keys:
         v = src.get(k)
         if v is not None:
             out[k] = _intern(v) if type(v) is str else v
+    return out
+
+
+def _copy(src: JSON, keys: tuple[str, ...], out: JSON | None = None) -> JSON:
+    """Like ``_pick`` without interning: for values unique to one object (names, UIDs,
+    resourceVersions, free text), which would only grow the intern table."""
+    out = {} if out is None else out
+    for k in keys:
+        v = src.get(k)
+        if v is not None:
+            out[k] = v
     return out
 
 
@@ -114,31 +126,10 @@ def _metadata(meta: Any) -> JSON:
     if type(meta) is not dict:
         return {}
     get = meta.get
-    out: JSON = {}
-    v = get("name")
-    if v is not None:
-        out["name"] = v  # unique per object: not interned
-    v = get("namespace")
-    if v is not None:
-        out["namespace"] = _intern(v) if type(v) is str else v
-    v = get("uid")
-    if v is not None:
-        out["uid"] = v
-    v = get("resourceVersion")
-    if v is not None:
-        out["resourceVersion"] = v
-    v = get("generation")
-    if v is not None:
-        out["generation"] = v
-    v = get("creationTimestamp")
-    if v is not None:
-        out["creationTimestamp"] = _intern(v) if type(v) is str else v
-    v = get("deletionTimestamp")
-    if v is not None:
-        out["deletionTimestamp"] = _intern(v) if type(v) is str else v
-    v = get("deletionGracePeriodSeconds")
-    if v is not None:
-        out["deletionGracePeriodSeconds"] = v
+    out = _copy(
+        meta, ("name", "uid", "resourceVersion", "generation", "deletionGracePeriodSeconds")
+    )
+    _pick(meta, ("namespace", "creationTimestamp", "deletionTimestamp"), out)
     v = get("labels")
     if type(v) is dict:
         labels: JSON = {}
@@ -210,13 +201,8 @@ def _container_statuses(statuses: list[Any]) -> list[JSON]:
         if type(cs) is not dict:
             continue
         get = cs.get
-        slim: JSON = {}
-        v = get("name")
-        if v is not None:
-            slim["name"] = _intern(v) if type(v) is str else v
-        v = get("restartCount")
-        if v is not None:
-            slim["restartCount"] = v
+        slim = _pick(cs, ("name",))
+        _copy(cs, ("restartCount",), slim)
         v = _state(get("state"))
         if v is not None:
             slim["state"] = v
@@ -231,19 +217,8 @@ def _container_statuses(statuses: list[Any]) -> list[JSON]:
 
 def _pod_status(status: JSON) -> JSON:
     get = status.get
-    out: JSON = {}
-    v = get("phase")
-    if v is not None:
-        out["phase"] = _intern(v) if type(v) is str else v
-    v = get("reason")
-    if v is not None:
-        out["reason"] = _intern(v) if type(v) is str else v
-    v = get("message")
-    if v is not None:
-        out["message"] = v  # free text: not interned
-    v = get("startTime")
-    if v is not None:
-        out["startTime"] = _intern(v) if type(v) is str else v
+    out = _pick(status, ("phase", "reason", "startTime"))
+    _copy(status, ("message",), out)
     v = get("conditions")
     if type(v) is list:
         out["conditions"] = _conditions(v)

@@ -43,6 +43,7 @@ from controller.types import (
     ObjectWriter,
     Requeue,
     Result,
+    object_key,
     split_key,
 )
 from reconcile.metrics import JobMetrics
@@ -313,11 +314,7 @@ class TFJobReconciler:
                 return
             except Exception as e:
                 self.expectations.creation_observed(exp_key)
-                outcome.failed_writes += 1
-                self.events.event(
-                    job, "Warning", f"FailedCreate{kind}", f"Error creating: {_short(e)}"
-                )
-                log.warning("create failed", job=key, kind=kind, name=name, error=str(e))
+                self._failed_write(job, outcome, "Create", kind, name, e)
                 if outcome.handed_off:
                     self._retry_after_failed_create(key)
                 else:
@@ -329,6 +326,22 @@ class TFJobReconciler:
             )
 
         return create
+
+    def _failed_write(
+        self, job: JSON, outcome: Outcome, verb: str, kind: str, name: str, e: Exception
+    ) -> None:
+        """Count, report (a Warning event, upstream's FailedCreate*/FailedDelete*) and log
+        a create or delete that failed; the caller decides about retrying."""
+        outcome.failed_writes += 1
+        gerund = {"Create": "creating", "Delete": "deleting"}[verb]
+        self.events.event(job, "Warning", f"Failed{verb}{kind}", f"Error {gerund}: {_short(e)}")
+        log.warning(
+            f"{verb.lower()} failed",
+            job=object_key(_ns(job), job["metadata"]["name"]),
+            kind=kind,
+            name=name,
+            error=str(e),
+        )
 
     def _retry_after_failed_create(self, key: str) -> None:
         """A background create failed after its pass returned: look at the job again,
@@ -361,12 +374,8 @@ class TFJobReconciler:
                 return
             except Exception as e:
                 self.expectations.deletion_observed(exp_key, meta["uid"])
-                outcome.failed_writes += 1
+                self._failed_write(job, outcome, "Delete", kind, meta["name"], e)
                 outcome.errors.append(e)
-                self.events.event(
-                    job, "Warning", f"FailedDelete{kind}", f"Error deleting: {_short(e)}"
-                )
-                log.warning("delete failed", kind=kind, name=meta["name"], error=str(e))
                 return
             outcome.deleted += 1
             self.events.event(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -21,7 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from tests.conftest import Cluster
+import yaml
+
+from tests.conftest import REPO, Cluster, cluster_mod
 
 T = TypeVar("T")
 OPERATOR_LABEL = "training.kubeflow.org/operator-name=tfjob-controller"
@@ -43,11 +44,6 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 class ControllerProcess:
     """tfjob-controller as a real process against the local cluster."""
@@ -68,7 +64,7 @@ class ControllerProcess:
         self.metrics_port = 0
 
     def start(self) -> None:
-        self.health_port, self.metrics_port = free_port(), free_port()
+        self.health_port, self.metrics_port = cluster_mod.free_port(), cluster_mod.free_port()
         exe = Path(sys.executable).parent / "tfjob-controller"
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -223,6 +219,44 @@ def condition(job: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 def is_true(job: dict[str, Any] | None, type_: str) -> bool:
     c = condition(job, type_)
     return bool(c and c.get("status") == "True")
+
+
+def live(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp")
+
+
+def all_running(kube: Kube, ns: str, job: str, n: int) -> list[dict[str, Any]] | None:
+    """The job's pods if there are exactly n, all live and Running."""
+    pods = kube.pods(ns, job)
+    if len(pods) == n and all(
+        live(p) and p.get("status", {}).get("phase") == "Running" for p in pods
+    ):
+        return pods
+    return None
+
+
+def wait_job(kube: Kube, ns: str, name: str, type_: str, timeout: float = 30) -> dict[str, Any]:
+    """The job once its condition type_ is True."""
+
+    def check() -> dict[str, Any] | None:
+        job = kube.tfjob(ns, name)
+        return job if is_true(job, type_) else None
+
+    return wait_for(check, timeout, f"{name} {type_}")
+
+
+def wait_running(
+    kube: Kube, ns: str, name: str, n: int, timeout: float = 30
+) -> list[dict[str, Any]]:
+    """All n pods Running and the job's Running condition True."""
+    pods = wait_for(lambda: all_running(kube, ns, name, n), timeout, f"{n} running pods of {name}")
+    wait_job(kube, ns, name, "Running", timeout)
+    return pods
+
+
+def sample(name: str = "tfjob-chief-ps-workers") -> dict[str, Any]:
+    """A TFJob from config/samples/."""
+    return dict(yaml.safe_load((REPO / "config" / "samples" / f"{name}.yaml").read_text()))
 
 
 def env_of(pod: dict[str, Any], var: str, container: str = "tensorflow") -> str | None:

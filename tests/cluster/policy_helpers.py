@@ -22,7 +22,7 @@ from tests.cluster.kube import (
     PodHistory,
     WatchThread,
     condition,
-    is_true,
+    live,
     wait_for,
 )
 from tests.conftest import Cluster
@@ -90,10 +90,6 @@ def cond_of(job: dict[str, Any] | None, type_: str) -> tuple[str, str, str] | No
     return (c["status"], c.get("reason", ""), c.get("message", "")) if c else None
 
 
-def live(pod: dict[str, Any]) -> bool:
-    return not pod["metadata"].get("deletionTimestamp")
-
-
 def phases(kube: Kube, ns: str, job: str) -> dict[str, str]:
     """{pod name: phase, with "+T" when terminating}."""
     return {
@@ -104,32 +100,6 @@ def phases(kube: Kube, ns: str, job: str) -> dict[str, str]:
 
 def svc_names(kube: Kube, ns: str, job: str) -> list[str]:
     return [s["metadata"]["name"] for s in kube.services(ns, job)]
-
-
-def all_running(kube: Kube, ns: str, job: str, n: int) -> list[dict[str, Any]] | None:
-    pods = kube.pods(ns, job)
-    if len(pods) == n and all(
-        live(p) and p.get("status", {}).get("phase") == "Running" for p in pods
-    ):
-        return pods
-    return None
-
-
-def wait_job(kube: Kube, ns: str, name: str, type_: str, timeout: float = 30) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        job = kube.tfjob(ns, name)
-        return job if is_true(job, type_) else None
-
-    return wait_for(check, timeout, f"{name} {type_}")
-
-
-def wait_running(
-    kube: Kube, ns: str, name: str, n: int, timeout: float = 30
-) -> list[dict[str, Any]]:
-    """All n pods Running and the job's Running condition True."""
-    pods = wait_for(lambda: all_running(kube, ns, name, n), timeout, f"{n} running pods of {name}")
-    wait_job(kube, ns, name, "Running", timeout)
-    return pods
 
 
 def uid_of(kube: Kube, ns: str, pod: str) -> str:

@@ -14,17 +14,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconcile.status_types import parse_indexes
-from tests.cluster.kube import ControllerProcess, Kube, PodHistory, is_true, wait_for
+from tests.cluster.kube import (
+    ControllerProcess,
+    Kube,
+    PodHistory,
+    is_true,
+    live,
+    wait_for,
+    wait_job,
+    wait_running,
+)
 from tests.cluster.policy_helpers import (
     cond_of,
-    live,
     make_job,
     parse_ts,
     rs,
     settled,
     svc_names,
-    wait_job,
-    wait_running,
 )
 from tests.conftest import Cluster
 

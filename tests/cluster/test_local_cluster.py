@@ -15,7 +15,7 @@ import orjson
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.conftest import REPO, Cluster
+from tests.conftest import REPO, Cluster, cluster_mod
 
 
 @pytest.fixture
@@ -277,7 +277,7 @@ def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
     pids = list(state["pids"].values())
     assert len(pids) == 5
     subprocess.run([*hack, "status"], env=env, check=True, stdout=subprocess.PIPE)
-    assert state["ports"]["apiserver"] in listening_ports()
+    assert state["ports"]["apiserver"] in cluster_mod.listening_ports()
     subprocess.run([*hack, "down"], env=env, check=True)
     for pid in pids:
         try:
@@ -286,21 +286,7 @@ def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
         except (ProcessLookupError, FileNotFoundError):
             alive = False
         assert not alive, f"pid {pid} still running"
-    listening = listening_ports()
+    listening = cluster_mod.listening_ports()
     assert not set(state["ports"].values()) & listening, "a port of ours still listens"
     assert not (tmp_path / "c").exists()
 
-
-def listening_ports() -> set[int]:
-    """Local ports with a socket in LISTEN state (/proc/net/tcp*, state 0A)."""
-    ports: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "0A":
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.cluster.kube import ControllerProcess, Kube, is_true, wait_for
-from tests.cluster.test_tfjob_basic import all_running, sample
+from tests.cluster.kube import ControllerProcess, Kube, sample, wait_for, wait_running
 from tests.conftest import REPO, Cluster
 
 SA_NS = "kubeflow"
@@ -62,8 +61,7 @@ def test_least_privilege_rbac_runs_a_job_to_success(
         job = sample()
         job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 1
         name = kube.create_tfjob(namespace, job)["metadata"]["name"]
-        wait_for(lambda: all_running(kube, namespace, name, 4), 60, "4 running pods")
-        wait_for(lambda: is_true(kube.tfjob(namespace, name), "Running"), 30, "Running")
+        wait_running(kube, namespace, name, 4, timeout=60)
         kube.exit_pod(namespace, f"{name}-chief-0", 0)
         # Succeeded, cleanPodPolicy Running applied, then deleted by its TTL: every
         # verb the controller needs, exercised under its own identity.

@@ -11,7 +11,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.cluster.kube import ControllerProcess, Kube, PodHistory, is_true, wait_for
+from tests.cluster.kube import (
+    ControllerProcess,
+    Kube,
+    PodHistory,
+    is_true,
+    wait_for,
+    wait_job,
+    wait_running,
+)
 from tests.cluster.policy_helpers import (
     JobHistory,
     cond_of,
@@ -23,8 +31,6 @@ from tests.cluster.policy_helpers import (
     settled,
     svc_names,
     uid_of,
-    wait_job,
-    wait_running,
 )
 from tests.conftest import Cluster
 

@@ -4,31 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,
     PodHistory,
+    all_running,
     condition,
     env_of,
     is_true,
+    sample,
     wait_for,
+    wait_job,
+    wait_running,
 )
-from tests.conftest import REPO, Cluster
+from tests.conftest import Cluster
 
 LABEL = "training.kubeflow.org/"
-
-
-def sample(name: str = "tfjob-chief-ps-workers") -> dict[str, Any]:
-    return dict(yaml.safe_load((REPO / "config" / "samples" / f"{name}.yaml").read_text()))
-
-
-def all_running(kube: Kube, ns: str, job: str, n: int) -> list[dict[str, Any]] | None:
-    pods = kube.pods(ns, job)
-    if len(pods) == n and all(p.get("status", {}).get("phase") == "Running" for p in pods):
-        return pods
-    return None
 
 
 def test_sample_job_pods_services_labels_tf_config(
@@ -101,11 +92,7 @@ def test_sample_job_pods_services_labels_tf_config(
     }
     assert posts == {"pods": 4, "services": 4}
     assert conflicts == {"pods": 0, "services": 0}
-    got = wait_for(
-        lambda: is_true(kube.tfjob(namespace, name), "Running") and kube.tfjob(namespace, name),
-        30,
-        "Running",
-    )
+    got = wait_job(kube, namespace, name, "Running")
     assert is_true(got, "Created")
     assert got["status"]["startTime"]
 
@@ -116,12 +103,9 @@ def test_chief_success_finishes_job(
     job = sample()
     job["spec"]["runPolicy"]["cleanPodPolicy"] = "None"
     name = kube.create_tfjob(namespace, job)["metadata"]["name"]
-    wait_for(lambda: all_running(kube, namespace, name, 4), 60, "4 running pods")
-    wait_for(lambda: is_true(kube.tfjob(namespace, name), "Running"), 30, "job Running")
+    wait_running(kube, namespace, name, 4, timeout=60)
     kube.exit_pod(namespace, f"{name}-chief-0", 0)
-    done = wait_for(
-        lambda: is_true(j := kube.tfjob(namespace, name), "Succeeded") and j, 30, "Succeeded"
-    )
+    done = wait_job(kube, namespace, name, "Succeeded")
     running = condition(done, "Running")
     assert running is not None and running["status"] == "False"
     succ = condition(done, "Succeeded")
@@ -164,12 +148,9 @@ def test_worker_failure_under_never_fails_job(
     job = sample("tfjob-chief-ps-workers")
     job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "Never"
     name = kube.create_tfjob(namespace, job)["metadata"]["name"]
-    wait_for(lambda: all_running(kube, namespace, name, 4), 60, "4 running pods")
-    wait_for(lambda: is_true(kube.tfjob(namespace, name), "Running"), 30, "job Running")
+    wait_running(kube, namespace, name, 4, timeout=60)
     kube.exit_pod(namespace, f"{name}-worker-1", 1)
-    failed = wait_for(
-        lambda: is_true(j := kube.tfjob(namespace, name), "Failed") and j, 30, "Failed"
-    )
+    failed = wait_job(kube, namespace, name, "Failed")
     cond = condition(failed, "Failed")
     assert cond is not None and cond["reason"] == "TFJobFailed"
     assert (
