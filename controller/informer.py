@@ -44,7 +44,6 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -56,7 +55,7 @@ from controller.api import gc_paused
 from controller.clock import SystemClock
 from controller.kube import ListPage
 from controller.store import IndexFunc, Store, key_of, resource_version_of
-from controller.types import JSON, Clock, object_key
+from controller.types import JSON, Clock, EventHandler, object_key
 
 log = structlog.get_logger("controller.informer")
 
@@ -88,14 +87,6 @@ class ListWatch(Protocol):
         allow_bookmarks: bool = True,
         read_timeout: float | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[JSON]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class EventHandler:
-    on_add: Callable[[JSON], None] | None = None
-    on_update: Callable[[JSON, JSON], None] | None = None
-    #: Receives the final state; after a relist, the last state the cache knew.
-    on_delete: Callable[[JSON], None] | None = None
 
 
 def strip_managed_fields(obj: JSON) -> JSON:

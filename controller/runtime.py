@@ -1,12 +1,15 @@
 """Workers, the reconcile result contract, and the process lifecycle.
 
 Result contract (controller-runtime's reconcileHandler; the worker owns retries):
-- ``Result()``                    → forget the key's failure history. Done.
+- ``Result()``                    → forget the key's failure history (once the work the
+                                    pass spawned, if any, has succeeded too). Done.
 - ``Result(requeue_after=s)``     → forget, then ``add_after(key, s)``.
 - ``TerminalError``               → log and count; no retry until the key changes.
 - ``controller.errors.Conflict``  → expected under optimistic concurrency: debug log,
                                     rate-limited requeue, counted as "requeue".
 - any other exception             → error log, rate-limited requeue.
+Work a pass spawns (controller.background) belongs to that pass: its failure requeues
+the key rate-limited, exactly as if the pass itself had failed.
 Every reconcile runs with ``controller``, ``key`` and ``reconcile_id`` bound in structlog
 contextvars and ends with exactly one ``event="reconciled"`` line carrying ``result``
 and ``duration``. Workers are "stingy": the queue never hands a key to two at once.
@@ -35,6 +38,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from controller import errors
+from controller.background import Background
 from controller.clock import SystemClock
 from controller.informer import Informer
 from controller.metrics import Metrics, ReconcileMetrics
@@ -56,7 +60,11 @@ class Controller:
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         queue: WorkQueue[str] | None = None,
+        background: Background[str] | None = None,
     ) -> None:
+        """``queue`` and ``background`` are built by the caller when the reconciler needs
+        them first (a reconciler that spawns work is given ``background``, which is
+        given the queue); the Controller runs both."""
         self.name = name
         self.reconciler = reconciler
         self.workers = workers
@@ -69,6 +77,7 @@ class Controller:
                 metrics=metrics.queue(name, self._clock) if metrics else None,
             )
         self.queue: WorkQueue[str] = queue
+        self.background = background
         self._metrics: ReconcileMetrics | None = (
             metrics.reconciles(name, workers) if metrics else None
         )
@@ -83,22 +92,17 @@ class Controller:
     def enqueue_after(self, key: str, delay: float) -> None:
         self.queue.add_after(key, delay)
 
-    # controller.types.Requeue, for writes a reconciler finishes in the background
-    def requeue(self, key: str) -> None:
-        self.queue.add_rate_limited(key)
-
-    def requeue_after(self, key: str, seconds: float) -> None:
-        self.queue.add_after(key, seconds)
-
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
     async def wait_idle(self) -> None:
-        """Wait until no reconcile is running."""
+        """Wait until no reconcile, and no work a reconcile spawned, is running."""
         while self._in_flight:
             self._idle = anyio.Event()
             await self._idle.wait()
+        if self.background is not None:
+            await self.background.wait_idle()
 
     def stop_taking_work(self) -> None:
         """Workers finish their current key and exit; queued keys are left behind
@@ -107,9 +111,12 @@ class Controller:
         self.queue.shut_down()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the delay loop and the workers until ``stop_taking_work``."""
+        """Run the delay loop, the background work and the workers until
+        ``stop_taking_work``; spawned work still running then is cancelled."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.queue.run)
+            if self.background is not None:
+                await tg.start(self.background.run)
             async with anyio.create_task_group() as workers:
                 for _ in range(self.workers):
                     workers.start_soon(self._worker)
@@ -159,9 +166,14 @@ class Controller:
         requeue_after: float | None = None
         level = "info"
         error = terminal = False
+        if self.background is not None:
+            self.background.begin(key)
+        failed = True  # until the pass returns (a cancelled pass counts as failed)
         try:
             result: Result = await self.reconciler.reconcile(key)
+            failed = False
         except TerminalError as exc:
+            failed = False  # nothing to retry: it must not hold the key's batch open
             # retrying cannot help: forget the key's backoff, wait for it to change
             self.queue.forget(key)
             outcome, level, error, terminal, exc_info = "error", "error", True, True, exc
@@ -172,13 +184,17 @@ class Controller:
             self.queue.add_rate_limited(key)
             outcome, level, error, exc_info = "error", "error", True, exc
         else:
-            self.queue.forget(key)
+            if self.background is None:
+                self.queue.forget(key)
             if result.requeue_after is not None and result.requeue_after > 0:
                 requeue_after = result.requeue_after
                 self.queue.add_after(key, requeue_after)
                 outcome = "requeue_after"
             else:
                 outcome = "success"
+        finally:
+            if self.background is not None:
+                self.background.end(key, failed=failed)
         duration = self._clock.monotonic() - start
         if self._metrics:
             self._metrics.observe(outcome, duration, error=error, terminal=terminal)

@@ -17,12 +17,11 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from controller.types import JSON, object_key
+from controller.types import CONTROLLER_UID_INDEX, JSON, object_key
 
 IndexFunc = Callable[[JSON], Iterable[str]]
 
 NAMESPACE_INDEX = "namespace"
-CONTROLLER_UID_INDEX = "controller-uid"
 
 
 def key_of(obj: JSON) -> str:
@@ -38,15 +37,8 @@ def index_by_namespace(obj: JSON) -> list[str]:
     return [(obj.get("metadata") or {}).get("namespace") or ""]
 
 
-def controller_ref(obj: JSON) -> JSON | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
 def index_by_controller_uid(obj: JSON) -> list[str]:
-    # controller_ref without its defensive copy: this runs on every store write
+    # types.controller_ref without its defensive copy: this runs on every store write
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
             uid = ref.get("uid")

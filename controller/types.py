@@ -8,10 +8,13 @@ a watch, a queue or a lease.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
+
+#: The cache index of objects by the UID of their controller ownerReference.
+CONTROLLER_UID_INDEX = "controller-uid"
 
 #: A Kubernetes object as decoded JSON. Objects handed out by a cache are shared:
 #: callers MUST NOT mutate them.
@@ -21,6 +24,14 @@ JSON = dict[str, Any]
 def object_key(namespace: str | None, name: str) -> str:
     """The workqueue key of an object: "ns/name", or "name" for cluster-scoped ones."""
     return f"{namespace}/{name}" if namespace else name
+
+
+def controller_ref(obj: Mapping[str, Any]) -> JSON | None:
+    """A copy of the object's controller ownerReference, if it has one."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return dict(ref)
+    return None
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -121,6 +132,10 @@ class Expectations(Protocol):
         """Read-your-writes: do not act on key until the cache has seen this RV."""
         ...
 
+    def observe_resource_version(self, key: str, resource_version: str) -> None:
+        """The cache has seen this RV of key (event handlers call it)."""
+        ...
+
     def delete(self, key: str) -> None: ...
 
 
@@ -130,16 +145,39 @@ class EventSink(Protocol):
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
 
 
-class Requeue(Protocol):
-    """Puts a key back on the controller's workqueue from outside a reconcile pass (a
-    background write that failed). Implemented by controller.runtime.Controller.
-    Never blocks and never raises."""
+@dataclass(frozen=True, slots=True)
+class EventHandler:
+    """What an informer calls for each change of its cache. Handlers MUST NOT mutate the
+    objects they are given (the cache shares them) and must never block."""
 
-    def requeue(self, key: str) -> None:
-        """Add the key with the queue's rate limiting (per-key backoff)."""
+    on_add: Callable[[JSON], None] | None = None
+    on_update: Callable[[JSON, JSON], None] | None = None
+    #: Receives the final state; after a relist, the last state the cache knew.
+    on_delete: Callable[[JSON], None] | None = None
+
+
+class Spawner(Protocol):
+    """Runs work a reconcile pass hands off, so the pass need not hold a worker while it
+    waits (implemented by controller.background.Background).
+
+    The work belongs to the pass that spawned it, and its retries to the workqueue: the
+    key's failure history is forgotten only once the pass and all it spawned succeeded,
+    and work that fails puts the key back rate-limited (``add_rate_limited``). The work
+    itself reports nothing else: it records what it must (events, expectations) and
+    raises on failure. Never blocks and never raises."""
+
+    def spawn(self, key: str, work: Callable[[], Awaitable[None]]) -> None: ...
+
+
+class KeyQueue(Protocol):
+    """Where event handlers put keys (controller.workqueue.WorkQueue)."""
+
+    def add(self, key: str) -> None: ...
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Add once ``delay`` has passed; of several pending delays the earliest wins, and
+        a plain ``add`` meanwhile is not held back."""
         ...
-
-    def requeue_after(self, key: str, seconds: float) -> None: ...
 
 
 class Reconciler(Protocol):

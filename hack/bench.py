@@ -483,11 +483,11 @@ class ControllerProc:
                 "-o",
                 str(self.profile_session),
                 "-m",
-                "controller.main",
+                "tfjob_controller.app",
                 *flags,
             ]
         else:
-            argv = [python, "-m", "controller.main", *flags]
+            argv = [python, "-m", "tfjob_controller.app", *flags]
         logf = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             argv,

@@ -14,10 +14,10 @@ it back on the client's event loop, as the first version of this script did). Wi
 --kubeconfig the informer lists the pods of --namespace on a real cluster instead.
 
 Modes (each in a fresh subprocess, so the RSS figures do not share a heap), all with
-the pod informer's production indexers (``controller.main.CHILD_INDEXERS``):
+the pod informer's production indexers (``tfjob_controller.app.CHILD_INDEXERS``):
 - ``off``: no transform, full pods cached;
 - ``strip``: managedFields dropped (``strip_managed_fields``);
-- ``slim``: the production pod transform (``controller.main.POD_TRANSFORM``: managedFields
+- ``slim``: the production pod transform (``tfjob_controller.app.POD_TRANSFORM``: managedFields
   dropped and the pod slimmed to what the reconciler reads, ``reconcile.slim``).
 
 Reported per mode: wall time of the initial list, pods/s by wall clock and per CPU
@@ -226,7 +226,7 @@ def rss_bytes() -> int:
 
 def transform_for(mode: str) -> Any:
     from controller.informer import strip_managed_fields
-    from controller.main import POD_TRANSFORM
+    from tfjob_controller.app import POD_TRANSFORM
 
     return {"off": None, "strip": strip_managed_fields, "slim": POD_TRANSFORM}[mode]
 
@@ -238,7 +238,7 @@ async def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     from controller.api import ClientSettings, KubeApi, load_configuration
     from controller.informer import Informer
     from controller.kube import PODS, ResourceClient
-    from controller.main import CHILD_INDEXERS
+    from tfjob_controller.app import CHILD_INDEXERS
 
     runner = proc = pipe = None
     total_bytes = 0

@@ -1,7 +1,7 @@
 """Enforces the line between generic machinery and TFJob logic.
 
-- controller/ knows nothing of TFJob: no module in it imports reconcile, except
-  controller/main.py, the composition root that wires the two together.
+- controller/ knows nothing of TFJob: no module in it imports reconcile (or the
+  composition root, tfjob_controller/, which sits above both), without exception.
 - reconcile/ knows nothing of watches, queues or leases: from controller/ it may
   import only controller.types (protocols and value types) and controller.errors.
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RECONCILE_MAY_IMPORT = {"controller.types", "controller.errors"}
-COMPOSITION_ROOT = REPO / "controller" / "main.py"
+#: Packages that only the composition root (tfjob_controller/) may import.
+ABOVE_MACHINERY = ("reconcile", "tfjob_controller")
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -38,14 +39,14 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
 def violations() -> list[str]:
     out: list[str] = []
     for path in sorted((REPO / "controller").rglob("*.py")):
-        if path == COMPOSITION_ROOT:
-            continue
         for line, mod in imported_modules(path):
-            if mod == "reconcile" or mod.startswith("reconcile."):
+            if any(mod == top or mod.startswith(top + ".") for top in ABOVE_MACHINERY):
                 out.append(f"{path.relative_to(REPO)}:{line}: controller/ imports {mod}")
     for path in sorted((REPO / "reconcile").rglob("*.py")):
         for line, mod in imported_modules(path):
-            if mod == "controller":
+            if mod == "tfjob_controller" or mod.startswith("tfjob_controller."):
+                out.append(f"{path.relative_to(REPO)}:{line}: reconcile/ imports {mod}")
+            elif mod == "controller":
                 out.append(f"{path.relative_to(REPO)}:{line}: reconcile/ imports controller")
             elif mod.startswith("controller.") and not any(
                 mod == ok or mod.startswith(ok + ".") for ok in RECONCILE_MAY_IMPORT

@@ -26,15 +26,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconcile.labels import CHIEF_TYPES, replica_name
+from reconcile.labels import replica_name
+from reconcile.models import (
+    CHIEF_TYPES,
+    DEFAULT_PORT,
+    DEFAULT_PORT_NAME,
+    STATUS_ORDER,
+    tensorflow_container_index,
+)
 
 TF_CONFIG_ENV = "TF_CONFIG"
-DEFAULT_CONTAINER_NAME = "tensorflow"
-DEFAULT_PORT_NAME = "tfjob-port"
-DEFAULT_PORT = 2222
-
-#: The replica types upstream counts when deciding whether a job is distributed.
-KNOWN_TYPES = ("Chief", "Evaluator", "Master", "PS", "Worker")
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,10 @@ class ClusterMember:
 
 def tensorflow_container(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The first container named ``tensorflow`` in a pod template, if any."""
-    for container in template.get("spec", {}).get("containers") or []:
-        if isinstance(container, Mapping) and container.get("name") == DEFAULT_CONTAINER_NAME:
-            return container
-    return None
+    spec = template.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    index = tensorflow_container_index(containers)
+    return None if containers is None or index is None else containers[index]
 
 
 def tf_port(template: Mapping[str, Any]) -> int:
@@ -67,7 +68,7 @@ def tf_port(template: Mapping[str, Any]) -> int:
 
 def is_distributed(members: Mapping[str, ClusterMember]) -> bool:
     """Upstream sets no TF_CONFIG when the known replica types add up to exactly one pod."""
-    return sum(m.replicas for rt, m in members.items() if rt in KNOWN_TYPES) != 1
+    return sum(m.replicas for rt, m in members.items() if rt in STATUS_ORDER) != 1
 
 
 def address(

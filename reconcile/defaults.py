@@ -16,7 +16,6 @@ from typing import Any
 
 from reconcile.models import (
     DEFAULT_CLEAN_POD_POLICY,
-    DEFAULT_CONTAINER_NAME,
     DEFAULT_PORT,
     DEFAULT_PORT_NAME,
     DEFAULT_REPLICAS,
@@ -26,6 +25,7 @@ from reconcile.models import (
     ReplicaType,
     RunPolicy,
     TFJob,
+    tensorflow_container_index,
 )
 
 _CANONICAL_TYPES = {t.value.lower(): t.value for t in ReplicaType}
@@ -94,11 +94,9 @@ def _default_replica(rspec: ReplicaSpec) -> ReplicaSpec:
 
 
 def default_container_index(containers: list[Any]) -> int:
-    """Index of the container named tensorflow, else 0 (upstream getDefaultContainerIndex)."""
-    for i, container in enumerate(containers):
-        if isinstance(container, dict) and container.get("name") == DEFAULT_CONTAINER_NAME:
-            return i
-    return 0
+    """The tensorflow container, else container 0 (upstream getDefaultContainerIndex)."""
+    index = tensorflow_container_index(containers)
+    return 0 if index is None else index
 
 
 def _with_default_port(template: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reconcile.models import CHIEF_TYPES, ReplicaType
+
 LABEL_PREFIX = "training.kubeflow.org/"
 OPERATOR_NAME_LABEL = LABEL_PREFIX + "operator-name"
 JOB_NAME_LABEL = LABEL_PREFIX + "job-name"
@@ -18,10 +20,6 @@ JOB_ROLE_LABEL = LABEL_PREFIX + "job-role"
 JOB_ROLE_MASTER = "master"
 
 DEFAULT_OPERATOR_NAME = "tfjob-controller"
-
-# Chief and Master are the same role under two names (Master is the legacy alias).
-CHIEF_TYPES = ("Chief", "Master")
-WORKER_TYPE = "Worker"
 
 
 def _dashed(value: str) -> str:
@@ -58,7 +56,7 @@ def is_master_role(rtype: str, index: int, rtypes: Iterable[str]) -> bool:
     """Chief/Master pods carry job-role=master; without one, worker 0 does."""
     if rtype in CHIEF_TYPES:
         return True
-    return rtype == WORKER_TYPE and index == 0 and not has_chief_or_master(rtypes)
+    return rtype == ReplicaType.WORKER and index == 0 and not has_chief_or_master(rtypes)
 
 
 def pod_labels(

@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from reconcile import conditions as cond
+
 FRAMEWORK = "tensorflow"
 
 
@@ -38,11 +40,11 @@ class JobMetrics:
 
     def transition(self, job: Mapping[str, Any], reason: str) -> None:
         counter = {
-            "TFJobSucceeded": self.successful,
-            "TFJobFailed": self.failed,
-            "TFJobFailedValidation": self.failed,
-            "TFJobRestarting": self.restarted,
-            "SuccessfulDeleteJob": self.deleted,
+            cond.REASON_SUCCEEDED: self.successful,
+            cond.REASON_FAILED: self.failed,
+            cond.REASON_FAILED_VALIDATION: self.failed,
+            cond.REASON_RESTARTING: self.restarted,
+            cond.REASON_DELETED_JOB: self.deleted,
         }.get(reason)
         if counter is not None:
             counter.labels(_ns(job), FRAMEWORK).inc()

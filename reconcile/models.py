@@ -76,6 +76,12 @@ DEFAULT_SUCCESS_POLICY = SuccessPolicy.DEFAULT
 
 # Upper bounds that exist only so the apiserver can estimate CEL cost: five known
 # replica types (any case, no duplicates) and far more containers than a pod needs.
+#: Replica types in the order upstream's UpdateJobStatus walks them: status decisions and
+#: the "which replica failed" message depend on it.
+STATUS_ORDER: tuple[ReplicaType, ...] = tuple(sorted(ReplicaType))
+#: Chief and Master are the same role under two names (Master is the legacy alias).
+CHIEF_TYPES: tuple[ReplicaType, ...] = (ReplicaType.CHIEF, ReplicaType.MASTER)
+
 MAX_REPLICA_TYPES = len(ReplicaType)
 MAX_CONTAINERS = 64
 # Container names are DNS-1123 labels; the Pod API rejects anything longer anyway.
@@ -266,6 +272,17 @@ class ReplicaSpec(_APIModel):
     )
     """Restart policy for all replicas: Always, OnFailure, Never or ExitCode. Default Never."""
 
+    @property
+    def count(self) -> int:
+        """How many pods this replica type wants (an unset or negative count wants none)."""
+        value = self.replicas
+        return value if isinstance(value, int) and value > 0 else 0
+
+    @property
+    def policy(self) -> str:
+        """The restart policy in force ("" and unset mean Never, as upstream)."""
+        return self.restart_policy or DEFAULT_RESTART_POLICY
+
 
 # The apiserver prefixes each message with the rule's path (spec.tfReplicaSpecs).
 # No messageExpression naming the offending keys: keys have no length bound (a CRD
@@ -360,6 +377,17 @@ class TFJob(_APIModel):
     @property
     def replica_specs(self) -> Mapping[str, ReplicaSpec]:
         return self.spec.tf_replica_specs
+
+
+def tensorflow_container_index(containers: object) -> int | None:
+    """Index of the first container named ``tensorflow`` in a container list, if any: the
+    one container the controller configures (TF_CONFIG, the default port, the service)."""
+    if not isinstance(containers, list):
+        return None
+    for i, container in enumerate(containers):
+        if isinstance(container, Mapping) and container.get("name") == DEFAULT_CONTAINER_NAME:
+            return i
+    return None
 
 
 def parse_tfjob(obj: Mapping[str, Any]) -> TFJob:

@@ -15,11 +15,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from controller.types import JSON
-from reconcile.cluster_spec import DEFAULT_CONTAINER_NAME, TF_CONFIG_ENV
+from reconcile.cluster_spec import TF_CONFIG_ENV
 from reconcile.labels import pod_labels, replica_index_of, replica_name, replica_type_of
-
-TFJOB_API_VERSION = "kubeflow.org/v1"
-TFJOB_KIND = "TFJob"
+from reconcile.models import (
+    API_VERSION,
+    DEFAULT_CONTAINER_NAME,
+    KIND,
+    RestartPolicy,
+    tensorflow_container_index,
+)
 
 #: Exit code upstream reports when the tensorflow container has no terminated state
 #: (0xbeef); kept as the sentinel so "no exit code" is never mistaken for a real one.
@@ -38,8 +42,8 @@ class JobRef:
 def owner_reference(job: JobRef) -> JSON:
     """The controller ownerReference upstream puts on every child (§4.3)."""
     return {
-        "apiVersion": TFJOB_API_VERSION,
-        "kind": TFJOB_KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "name": job.name,
         "uid": job.uid,
         "controller": True,
@@ -50,7 +54,7 @@ def owner_reference(job: JobRef) -> JSON:
 def pod_restart_policy(replica_policy: str) -> str:
     """ExitCode is the controller's policy, not kubelet's: kubelet must not restart in place
     so the controller can read the exit code and decide."""
-    return "Never" if replica_policy == "ExitCode" else replica_policy
+    return RestartPolicy.NEVER if replica_policy == RestartPolicy.EXIT_CODE else replica_policy
 
 
 def build_pod(
@@ -91,12 +95,12 @@ def build_pod(
 
 def _append_tf_config(spec: dict[str, Any], tf_config: str) -> None:
     # Appended, not replaced, and only in the first "tensorflow" container (upstream).
-    for container in spec.get("containers") or []:
-        if isinstance(container, dict) and container.get("name") == DEFAULT_CONTAINER_NAME:
-            env = list(container.get("env") or [])
-            env.append({"name": TF_CONFIG_ENV, "value": tf_config})
-            container["env"] = env
-            return
+    containers = spec.get("containers")
+    index = tensorflow_container_index(containers)
+    if containers is None or index is None:
+        return
+    container = containers[index]
+    container["env"] = [*(container.get("env") or []), {"name": TF_CONFIG_ENV, "value": tf_config}]
 
 
 # --- facts about observed pods ----------------------------------------------------------

@@ -40,6 +40,7 @@ from enum import Enum
 from typing import Any
 
 from controller.types import JSON
+from reconcile.models import RestartPolicy
 from reconcile.pods import (
     created_at,
     deletion_requested_at,
@@ -53,11 +54,6 @@ from reconcile.pods import (
     uid_of,
 )
 from reconcile.status_types import IndexRetry, ReplicaStatus, format_indexes, parse_indexes
-
-ALWAYS = "Always"
-ON_FAILURE = "OnFailure"
-NEVER = "Never"
-EXIT_CODE = "ExitCode"
 
 
 class PodOutcome(Enum):
@@ -106,9 +102,9 @@ def pod_outcome(
     if phase == "Failed":
         if is_disrupted(pod) or (terminating and not failed_before_deletion(pod)):
             return PodOutcome.DISRUPTED
-        if restart_policy == NEVER:
+        if restart_policy == RestartPolicy.NEVER:
             return PodOutcome.FAIL_NEVER
-        if restart_policy == EXIT_CODE and is_permanent_exit_code(exit_code(pod)):
+        if restart_policy == RestartPolicy.EXIT_CODE and is_permanent_exit_code(exit_code(pod)):
             return PodOutcome.FAIL_EXIT_CODE
         return PodOutcome.RETRY
     if terminating:

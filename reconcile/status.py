@@ -1,201 +1,165 @@
-"""Job conditions: upstream's types, reasons, messages and transition rules (semantics §3.2).
+"""The job's new status, as pure functions of the old one and this pass's findings.
 
-``set_condition`` reproduces upstream's ``setCondition`` exactly, because clients (the
-kubeflow-training SDK, Kueue, dashboards, ``kubectl get`` printing the last condition) read
-the condition list, not just the latest entry:
-
-1. once ``Failed=True`` exists nothing changes any more (Failed is absorbing);
-2. same type, status and reason → no change (message and timestamps are not refreshed);
-3. same type and status, new reason → the old ``lastTransitionTime`` is kept;
-4. the old entry of that type is removed, ``Running`` and ``Restarting`` remove each other,
-   and adding ``Succeeded``/``Failed`` forces an existing ``Running`` to ``False``; the new
-   condition is appended at the end.
-
-Events are derived from the difference between the old and the new condition list, so a
-transition is announced exactly once however many reconciles observe the same state.
+``calculate_status(old, outcomes, verdict, now, job=...)`` is the active path: the
+replica statuses the restart accounting produced, the conditions upstream would set
+(Created with the first write; Resumed after a suspension; Restarting or Running; the
+verdict's Succeeded or Failed, with completionTime), and observedGeneration. The
+suspended and invalid paths have their own small functions. None of them reads a clock
+or writes anything: the caller compares the result with the old status and writes it
+only if it changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from reconcile.status_types import JobCondition
-
-# Condition types.
-CREATED = "Created"
-RUNNING = "Running"
-RESTARTING = "Restarting"
-SUCCEEDED = "Succeeded"
-SUSPENDED = "Suspended"
-FAILED = "Failed"
-
-TRUE = "True"
-FALSE = "False"
-
-# Reasons: "TFJob" + base (upstream NewReason).
-REASON_CREATED = "TFJobCreated"
-REASON_RUNNING = "TFJobRunning"
-REASON_RESTARTING = "TFJobRestarting"
-REASON_SUCCEEDED = "TFJobSucceeded"
-REASON_FAILED = "TFJobFailed"
-REASON_SUSPENDED = "TFJobSuspended"
-REASON_RESUMED = "TFJobResumed"
-REASON_FAILED_VALIDATION = "TFJobFailedValidation"
-
-NORMAL = "Normal"
-WARNING = "Warning"
+from controller.types import JSON
+from reconcile import conditions as cond
+from reconcile.models import TFJob
+from reconcile.restart import ReplicaOutcome
+from reconcile.status_types import JobCondition, JobStatus, ReplicaStatus
+from reconcile.verdict import Verdict, deciding_type, in_status_order
 
 
-# --- upstream messages, verbatim (Go format strings in the comments) -----------------------
+@dataclass(frozen=True, slots=True)
+class ActiveClock:
+    """Where an active job's clocks stand: its conditions once Created and any resume are
+    recorded, when it (re)started, and when it was last resumed."""
+
+    conditions: list[JobCondition]
+    start_time: datetime
+    resumed_at: datetime | None
 
 
-def msg_created(name: str) -> str:  # "TFJob %s is created."
-    return f"TFJob {name} is created."
+def active_clock(old: JobStatus, name: str, now: datetime) -> ActiveClock:
+    conds = with_created(old.conditions, name, now)
+    start_time = old.start_time
+    resumed_at: datetime | None = None
+    if cond.is_true(conds, cond.SUSPENDED):
+        # Resume: the activeDeadlineSeconds clock restarts, as in the k8s Job controller.
+        conds = cond.set_condition(
+            conds, cond.SUSPENDED, cond.FALSE, cond.REASON_RESUMED, cond.msg_resumed(name), now
+        )
+        start_time = resumed_at = now
+    else:
+        suspended = cond.find(conds, cond.SUSPENDED)
+        if suspended is not None and suspended.reason == cond.REASON_RESUMED:
+            resumed_at = suspended.last_transition_time
+    return ActiveClock(conds, start_time or now, resumed_at)
 
 
-def msg_running(namespace: str, name: str) -> str:  # "TFJob %s/%s is running."
-    return f"TFJob {namespace}/{name} is running."
-
-
-def msg_succeeded(namespace: str, name: str) -> str:  # "TFJob %s/%s successfully completed."
-    return f"TFJob {namespace}/{name} successfully completed."
-
-
-def msg_replicas_failed(namespace: str, name: str, count: int, rtype: str) -> str:
-    # "TFJob %s/%s has failed because %d %s replica(s) failed."
-    return f"TFJob {namespace}/{name} has failed because {count} {rtype} replica(s) failed."
-
-
-def msg_exit_code_failed(name: str, rtype: str) -> str:
-    # `job %q is failing because %q replica(s) failed.`
-    return f"job {go_quote(name)} is failing because {go_quote(rtype)} replica(s) failed."
-
-
-def msg_restarting(name: str, rtype: str) -> str:
-    # "job %s is restarting because %s replica(s) failed."
-    return f"job {name} is restarting because {rtype} replica(s) failed."
-
-
-def msg_backoff_limit(name: str) -> str:
-    # "Job %s has failed because it has reached the specified backoff limit"
-    return f"Job {name} has failed because it has reached the specified backoff limit"
-
-
-def msg_deadline(name: str) -> str:
-    # "Job %s has failed because it was active longer than specified deadline"
-    return f"Job {name} has failed because it was active longer than specified deadline"
-
-
-def msg_suspended(name: str) -> str:  # "TFJob %s is suspended."
-    return f"TFJob {name} is suspended."
-
-
-def msg_resumed(name: str) -> str:  # "TFJob %s is resumed."
-    return f"TFJob {name} is resumed."
-
-
-def go_quote(value: str) -> str:
-    """Go's %q for the plain names that appear here (DNS labels, replica types)."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-# --- the condition list -------------------------------------------------------------------
-
-
-def find(conditions: Sequence[JobCondition], cond_type: str) -> JobCondition | None:
-    for cond in conditions:
-        if cond.type == cond_type:
-            return cond
-    return None
-
-
-def is_true(conditions: Sequence[JobCondition], cond_type: str) -> bool:
-    cond = find(conditions, cond_type)
-    return cond is not None and cond.status == TRUE
-
-
-def is_finished(conditions: Sequence[JobCondition]) -> bool:
-    return is_true(conditions, SUCCEEDED) or is_true(conditions, FAILED)
-
-
-def set_condition(
-    conditions: Sequence[JobCondition],
-    cond_type: str,
-    status: str,
-    reason: str,
-    message: str,
+def calculate_status(
+    old: JobStatus,
+    outcomes: Mapping[str, ReplicaOutcome],
+    verdict: Verdict | None,
     now: datetime,
-) -> list[JobCondition]:
-    """Return the condition list with (type, status, reason, message) applied, upstream rules."""
-    current = list(conditions)
-    if is_true(current, FAILED):
-        return current
-    old = find(current, cond_type)
-    if old is not None and old.status == status and old.reason == reason:
-        return current
-    transition = old.last_transition_time if old is not None and old.status == status else now
-    new = JobCondition(
-        type=cond_type,
-        status=status,
-        reason=reason,
-        message=message,
-        last_update_time=now,
-        last_transition_time=transition,
-    )
-    kept: list[JobCondition] = []
-    for cond in current:
-        if cond.type == cond_type:
-            continue
-        if cond_type == RESTARTING and cond.type == RUNNING:
-            continue
-        if cond_type == RUNNING and cond.type == RESTARTING:
-            continue
-        if cond_type in (SUCCEEDED, FAILED) and cond.type == RUNNING:
-            cond = cond.model_copy(update={"status": FALSE})
-        kept.append(cond)
-    kept.append(new)
-    return kept
-
-
-# --- transition events ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConditionEvent:
-    type: str
-    reason: str
-    message: str
-
-
-def transition_events(
-    old: Sequence[JobCondition],
-    new: Sequence[JobCondition],
     *,
-    failed_event_type: str = NORMAL,
-) -> list[ConditionEvent]:
-    """Events for conditions that changed (status or reason) between ``old`` and ``new``.
+    job: TFJob,
+) -> JobStatus:
+    """The active job's new status (``now`` at stored, whole-second precision)."""
+    clock = active_clock(old, job.name, now)
+    conds = clock.conditions
+    replica_statuses = {rt: o.status for rt, o in outcomes.items()}
+    update: dict[str, object] = {"start_time": clock.start_time}
+    if verdict is not None:
+        conds = cond.set_condition(
+            conds, verdict.cond_type, cond.TRUE, verdict.reason, verdict.message, now
+        )
+        update["completion_time"] = now
+        if verdict.succeeded:
+            # Upstream's finished-job bookkeeping: whatever is still active counts as succeeded.
+            replica_statuses = {
+                rt: rs.model_copy(
+                    update={
+                        "succeeded": rs.succeeded + rs.active,
+                        "active": 0,
+                        "active_indexes": "",
+                    }
+                )
+                for rt, rs in replica_statuses.items()
+            }
+    else:
+        restarting = next((rt for rt in in_status_order(outcomes) if outcomes[rt].restarting), None)
+        decider = deciding_type(job.replica_specs)
+        if restarting is not None:
+            message = cond.msg_restarting(job.name, restarting)
+            conds = cond.set_condition(
+                conds, cond.RESTARTING, cond.TRUE, cond.REASON_RESTARTING, message, now
+            )
+        elif decider is not None and outcomes[decider].status.active > 0:
+            message = cond.msg_running(job.namespace, job.name)
+            conds = cond.set_condition(
+                conds, cond.RUNNING, cond.TRUE, cond.REASON_RUNNING, message, now
+            )
+    return old.model_copy(
+        update={
+            **update,
+            "conditions": conds,
+            "replica_statuses": replica_statuses,
+            "observed_generation": job.generation,
+        }
+    )
 
-    Upstream emits Succeeded/Failed/Suspended/Resumed as Normal and Restarting as Warning;
-    a Failed event is Warning for an exit-code or validation failure (``failed_event_type``).
-    """
-    out: list[ConditionEvent] = []
-    for cond in new:
-        before = find(old, cond.type)
-        if before is not None and before.status == cond.status and before.reason == cond.reason:
-            continue
-        event_type: str | None = None
-        if cond.status == TRUE:
-            event_type = {
-                SUCCEEDED: NORMAL,
-                FAILED: failed_event_type,
-                RESTARTING: WARNING,
-                SUSPENDED: NORMAL,
-            }.get(cond.type)
-        elif cond.type == SUSPENDED and cond.reason == REASON_RESUMED:
-            event_type = NORMAL
-        if event_type is not None:
-            out.append(ConditionEvent(event_type, cond.reason, cond.message))
-    return out
+
+def suspended_status(old: JobStatus, job: TFJob, now: datetime) -> JobStatus:
+    """Suspended: active counts zeroed, Running=False, Suspended=True. The durable records
+    (succeeded/failed indexes, restarts) are kept for the resume."""
+    message = cond.msg_suspended(job.name)
+    conds = with_created(old.conditions, job.name, now)
+    if cond.is_true(conds, cond.RUNNING):
+        conds = cond.set_condition(
+            conds, cond.RUNNING, cond.FALSE, cond.REASON_SUSPENDED, message, now
+        )
+    conds = cond.set_condition(
+        conds, cond.SUSPENDED, cond.TRUE, cond.REASON_SUSPENDED, message, now
+    )
+    replica_statuses = {
+        rt: old.replica_statuses.get(rt, ReplicaStatus()).model_copy(
+            update={"active": 0, "active_indexes": ""}
+        )
+        for rt in job.replica_specs
+    }
+    return old.model_copy(
+        update={
+            "conditions": conds,
+            "replica_statuses": replica_statuses,
+            "observed_generation": job.generation,
+        }
+    )
+
+
+def invalid_status(
+    old: JobStatus, name: str, message: str, generation: int | None, now: datetime
+) -> JobStatus:
+    """Failed with reason TFJobFailedValidation and the field errors as its message."""
+    conds = with_created(old.conditions, name, now)
+    conds = cond.set_condition(
+        conds, cond.FAILED, cond.TRUE, cond.REASON_FAILED_VALIDATION, message, now
+    )
+    return old.model_copy(
+        update={
+            "conditions": conds,
+            "completion_time": old.completion_time or now,
+            "observed_generation": generation,
+        }
+    )
+
+
+def with_created(
+    conditions: Sequence[JobCondition], name: str, now: datetime
+) -> list[JobCondition]:
+    # Created is recorded with the first status write (upstream sets it in the create
+    # predicate and persists it with the first write, §3.2).
+    if cond.find(conditions, cond.CREATED) is not None:
+        return list(conditions)
+    return cond.set_condition(
+        conditions, cond.CREATED, cond.TRUE, cond.REASON_CREATED, cond.msg_created(name), now
+    )
+
+
+def changed(old: JobStatus, new: JobStatus) -> JSON | None:
+    """The new status as the JSON to write, or None when writing it would change nothing."""
+    new_json = new.to_json()
+    return None if new_json == old.to_json() else new_json

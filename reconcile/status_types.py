@@ -29,7 +29,7 @@ at second precision with a ``Z`` suffix (``metav1.Time``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -54,6 +54,23 @@ def _as_utc_seconds(value: datetime) -> datetime:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).replace(microsecond=0)
+
+
+def stored_now(now: datetime) -> datetime:
+    """``now`` as a stored timestamp will read back: UTC, whole seconds."""
+    return _as_utc_seconds(now)
+
+
+def elapsed_due(stamp: datetime, seconds: int) -> datetime:
+    """When ``seconds`` have certainly elapsed since the instant a stored timestamp records.
+
+    Stored timestamps are truncated to the second, so the real instant lies in
+    [stamp, stamp + 1 s): measured from the stamp alone, a deadline would fire up to a
+    second early (activeDeadlineSeconds 5 failing a job after 4.1 s, a TTL of 3 deleting
+    the job 2.1 s after it finished). Adding the one-second tick makes the duration a
+    lower bound, overshooting by less than a second.
+    """
+    return stamp + timedelta(seconds=seconds + 1)
 
 
 Time = Annotated[

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconcile.models import (
+    CHIEF_TYPES,
     DEFAULT_CONTAINER_NAME,
     DNS1035_LABEL_MAX_LENGTH,
     DNS1035_LABEL_PATTERN,
@@ -37,11 +38,9 @@ from reconcile.models import (
     parse_tfjob,
 )
 
-FAILED_VALIDATION_REASON = "TFJobFailedValidation"
-
 _DNS1035 = re.compile(DNS1035_LABEL_PATTERN)
 _KNOWN_TYPES = {t.value.lower() for t in ReplicaType}
-_CHIEF_TYPES = {ReplicaType.CHIEF.value.lower(), ReplicaType.MASTER.value.lower()}
+_CHIEF_TYPES = {t.value.lower() for t in CHIEF_TYPES}
 # "" is how upstream spells unset; defaulting turns it into Never.
 _RESTART_POLICIES = frozenset({*(p.value for p in RestartPolicy), ""})
 # Fields whose children are map keys, printed as [key] like Kubernetes field paths.

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from reconcile.plan import EventIntent, Plan, PlanConfig, Snapshot, compute_plan
+from reconcile.spec import read_job
 from reconcile.status_types import format_time
 from tests.builders import at, make_pod, make_service, make_tfjob, ts
 
@@ -27,7 +28,7 @@ def cond(status: dict[str, Any] | None, cond_type: str) -> dict[str, Any]:
 
 
 def plan_for(job: dict[str, Any], pods=(), services=(), now: float = 100, config=CFG) -> Plan:
-    return compute_plan(Snapshot(job, list(pods), list(services), at(now)), config)
+    return compute_plan(Snapshot(read_job(job), list(pods), list(services), at(now)), config)
 
 
 @dataclass
@@ -46,7 +47,7 @@ class World:
 
     def reconcile(self, config: PlanConfig = CFG) -> Plan:
         snap = Snapshot(
-            copy.deepcopy(self.job),
+            read_job(copy.deepcopy(self.job)),
             [copy.deepcopy(p) for p in self.pods.values()],
             [copy.deepcopy(s) for s in self.services.values()],
             at(self.now),
@@ -703,7 +704,7 @@ def test_lost_status_write_never_loses_a_failure(finished_in_delete_second: bool
     if finished_in_delete_second:
         w.now = 50.4
     snap = Snapshot(
-        copy.deepcopy(w.job), [copy.deepcopy(p) for p in w.pods.values()], [], at(w.now)
+        read_job(copy.deepcopy(w.job)), [copy.deepcopy(p) for p in w.pods.values()], [], at(w.now)
     )
     lost = compute_plan(snap, CFG)  # its status write fails: nothing of it is applied ...
     assert lost.delete_pods == [] and lost.create_pods == []  # ... and it deleted nothing
@@ -817,7 +818,7 @@ def test_removed_replica_type_is_cleaned_up() -> None:
 
 
 def test_timestamps_are_rfc3339_seconds() -> None:
-    p = compute_plan(Snapshot(make_tfjob("t").worker(2).obj(), [], [], at(1.75)), CFG)
+    p = compute_plan(Snapshot(read_job(make_tfjob("t").worker(2).obj()), [], [], at(1.75)), CFG)
     assert p.status["startTime"] == format_time(at(1)) == "2024-01-01T00:00:01Z"
 
 

@@ -17,6 +17,7 @@ from reconcile.pods import (
     pod_restart_policy,
     restart_count,
 )
+from reconcile.spec import read_job
 from tests.builders import at, container, make_pod, make_tfjob
 
 REF = JobRef(name="j", namespace="ns", uid="u1")
@@ -110,7 +111,7 @@ def test_pod_restart_policy(policy: str, want: str) -> None:
     ],
 )
 def test_planned_pods_job_role(builder: Any, rtype: str, roles: list[str | None]) -> None:
-    plan = compute_plan(Snapshot(builder.obj(), [], [], at(0)), PlanConfig())
+    plan = compute_plan(Snapshot(read_job(builder.obj()), [], [], at(0)), PlanConfig())
     pods = sorted(
         (
             p
@@ -124,7 +125,7 @@ def test_planned_pods_job_role(builder: Any, rtype: str, roles: list[str | None]
 
 def test_planned_pods_cluster_domain() -> None:
     job = make_tfjob("j").worker(2).obj()
-    plan = compute_plan(Snapshot(job, [], [], at(0)), PlanConfig(cluster_domain="cluster.local"))
+    plan = compute_plan(Snapshot(read_job(job), [], [], at(0)), PlanConfig(cluster_domain="cluster.local"))
     env = plan.create_pods[0]["spec"]["containers"][0]["env"]
     assert "j-worker-0.ns.svc.cluster.local:2222" in env[0]["value"]
 
@@ -132,7 +133,7 @@ def test_planned_pods_cluster_domain() -> None:
 def test_planned_pod_gets_default_port_in_template_copy() -> None:
     job = make_tfjob("j").worker(2).obj()
     before = copy.deepcopy(job)
-    plan = compute_plan(Snapshot(job, [], [], at(0)), PlanConfig())
+    plan = compute_plan(Snapshot(read_job(job), [], [], at(0)), PlanConfig())
     assert job == before
     assert plan.create_pods[0]["spec"]["containers"][0]["ports"] == [
         {"name": "tfjob-port", "containerPort": 2222}

@@ -7,6 +7,7 @@ import pytest
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.pods import JobRef
 from reconcile.services import build_service, service_ports
+from reconcile.spec import read_job
 from tests.builders import at, container, make_pod, make_service, make_tfjob
 
 P = "training.kubeflow.org/"
@@ -74,7 +75,7 @@ def test_service_ports(containers: list[dict[str, Any]], want: list[dict[str, An
 
 
 def _plan(job: dict[str, Any], pods: list[Any], svcs: list[Any]) -> Any:
-    return compute_plan(Snapshot(job, pods, svcs, at(100)), PlanConfig())
+    return compute_plan(Snapshot(read_job(job), pods, svcs, at(100)), PlanConfig())
 
 
 def test_one_service_per_replica_and_never_duplicated() -> None:

@@ -11,15 +11,17 @@ from typing import Any
 import pytest
 
 from controller.informer import strip_managed_fields
-from controller.main import POD_TRANSFORM, SERVICE_TRANSFORM, owner_job_key
 from controller.store import index_by_controller_uid, key_of
 from reconcile import pods as P
+from reconcile.handlers import owner_job_key
 from reconcile.labels import replica_index_of, replica_type_of
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.restart import is_disrupted
 from reconcile.slim import slim_pod, slim_service
+from reconcile.spec import read_job
 from reconcile.status_types import format_time
 from tests.builders import at, make_pod, make_service, make_tfjob, ts
+from tfjob_controller.app import POD_TRANSFORM, SERVICE_TRANSFORM
 
 CFG = PlanConfig()
 JSON = dict[str, Any]
@@ -114,8 +116,8 @@ def both(job: JSON, pods: list[JSON], services: list[JSON] = (), now: float = 10
     full_svcs = [full_service(s) for s in services]
     slim_pods = [slim_pod(p) for p in full_pods]
     slim_svcs = [slim_service(s) for s in full_svcs]
-    full = compute_plan(Snapshot(job, full_pods, full_svcs, at(now)), CFG)
-    slim = compute_plan(Snapshot(job, slim_pods, slim_svcs, at(now)), CFG)
+    full = compute_plan(Snapshot(read_job(job), full_pods, full_svcs, at(now)), CFG)
+    slim = compute_plan(Snapshot(read_job(job), slim_pods, slim_svcs, at(now)), CFG)
     assert comparable(slim) == comparable(full)
     return full
 

@@ -1,16 +1,19 @@
 """tfjob-controller's entry point: the composition root.
 
-This is the one module where the generic machinery (controller/) meets the TFJob logic
-(reconcile/); hack/check_layers.py allows it and nothing else. It parses flags, builds
-the API client, three informers (TFJobs; Pods and Services carrying our operator label
-only, so the cache never holds the rest of the cluster), the expectations, the event
-recorder and the reconciler, and hands them to the Manager.
+This is where the generic machinery (controller/) meets the TFJob logic (reconcile/):
+neither of those imports this package, so every arrow points down (hack/check_layers.py
+enforces it). It parses flags, builds the API client, three informers (TFJobs; Pods and
+Services carrying our operator label only, so the cache never holds the rest of the
+cluster), the expectations, the event recorder and the reconciler, and hands them to the
+Manager.
 
 The pod and service caches hold slim objects (``reconcile.slim``: only the fields the
 TFJob logic reads, a fraction of a full pod's memory) and are indexed by controller UID
 only, the one index the reconciler queries.
 
-Event handlers only lower expectations and enqueue keys: never I/O, never mutation.
+The event handlers' policy (owner kinds, expectation keys, how urgently to enqueue) is
+reconcile.handlers. Everything is built in dependency order and injected at
+construction: queue → background work → reconciler → controller.
 """
 
 from __future__ import annotations
@@ -18,18 +21,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 import structlog
 
 from controller.api import ClientSettings, KubeApi
+from controller.background import Background
 from controller.clock import SystemClock
 from controller.events import EventRecorder
 from controller.expectations import ControllerExpectations
 from controller.informer import (
-    EventHandler,
     Informer,
     Transform,
     chain_transforms,
@@ -41,20 +43,16 @@ from controller.logging import add_logging_flags, configure_logging
 from controller.metrics import Metrics
 from controller.runtime import Controller, Manager
 from controller.server import add_server_flags, serve_probes
-from controller.store import (
-    CONTROLLER_UID_INDEX,
-    IndexFunc,
-    controller_ref,
-    index_by_controller_uid,
-    key_of,
-)
-from controller.types import JSON, object_key
+from controller.store import IndexFunc, index_by_controller_uid
+from controller.types import CONTROLLER_UID_INDEX
+from controller.workqueue import WorkQueue
+from reconcile.handlers import job_handler, pod_handler, service_handler
 from reconcile.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.metrics import JobMetrics
-from reconcile.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from reconcile.models import GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
 from reconcile.slim import slim_pod, slim_service
-from reconcile.tfjob import Caches, TFJobReconciler, Writers, pods_key, services_key
+from reconcile.tfjob import Caches, TFJobReconciler, Writers
 
 log = structlog.get_logger("tfjob-controller")
 
@@ -130,66 +128,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def owner_job_key(obj: JSON) -> str | None:
-    """The TFJob key of a pod or service whose controller is a TFJob."""
-    ref = controller_ref(obj)
-    if not ref or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
-        return None
-    return object_key(obj["metadata"].get("namespace"), ref["name"])
-
-
-def child_handler(
-    exp_key: Callable[[str], str],
-    expectations: ControllerExpectations,
-    enqueue: Callable[[str], None],
-) -> EventHandler:
-    def on_add(obj: JSON) -> None:
-        key = owner_job_key(obj)
-        if key:
-            expectations.creation_observed(exp_key(key))
-            enqueue(key)
-
-    def on_update(old: JSON, new: JSON) -> None:
-        key = owner_job_key(new)
-        if not key:
-            return
-        if new["metadata"].get("deletionTimestamp") and not old["metadata"].get(
-            "deletionTimestamp"
-        ):
-            # A deletion in progress counts as observed once; the final delete, keyed by
-            # UID, then finds nothing left to lower.
-            expectations.deletion_observed(exp_key(key), new["metadata"]["uid"])
-        enqueue(key)
-
-    def on_delete(obj: JSON) -> None:
-        key = owner_job_key(obj)
-        if key:
-            expectations.deletion_observed(exp_key(key), obj["metadata"]["uid"])
-            enqueue(key)
-
-    return EventHandler(on_add=on_add, on_update=on_update, on_delete=on_delete)
-
-
-def job_handler(
-    expectations: ControllerExpectations, enqueue: Callable[[str], None], metrics: JobMetrics
-) -> EventHandler:
-    def on_add(obj: JSON) -> None:
-        key = key_of(obj)
-        expectations.observe_resource_version(key, obj["metadata"].get("resourceVersion", ""))
-        metrics.job_seen(obj)
-        enqueue(key)
-
-    def on_update(old: JSON, new: JSON) -> None:
-        key = key_of(new)
-        expectations.observe_resource_version(key, new["metadata"].get("resourceVersion", ""))
-        enqueue(key)
-
-    def on_delete(obj: JSON) -> None:
-        enqueue(key_of(obj))
-
-    return EventHandler(on_add=on_add, on_update=on_update, on_delete=on_delete)
-
-
 async def run(args: argparse.Namespace) -> int:
     clock = SystemClock()
     settings = ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst)
@@ -220,6 +158,10 @@ async def run(args: argparse.Namespace) -> int:
             **common,
         )
         expectations = ControllerExpectations(clock)
+        queue = WorkQueue[str](
+            CONTROLLER_NAME, clock=clock, metrics=metrics.queue(CONTROLLER_NAME, clock)
+        )
+        background = Background(queue)
         recorder = EventRecorder(api, component=CONTROLLER_NAME, clock=clock)
         reconciler = TFJobReconciler(
             caches=Caches(
@@ -229,6 +171,7 @@ async def run(args: argparse.Namespace) -> int:
             expectations=expectations,
             events=recorder,
             clock=clock,
+            spawner=background,
             config=PlanConfig(
                 cluster_domain=args.cluster_domain,
                 backoff_base_seconds=args.restart_backoff_base,
@@ -242,12 +185,12 @@ async def run(args: argparse.Namespace) -> int:
             workers=args.controller_threads,
             clock=clock,
             metrics=metrics,
+            queue=queue,
+            background=background,
         )
-        # a create that fails in the background puts its job back on this queue
-        reconciler.requeue = ctrl
-        job_informer.add_handler(job_handler(expectations, ctrl.enqueue, job_metrics))
-        pod_informer.add_handler(child_handler(pods_key, expectations, ctrl.enqueue))
-        service_informer.add_handler(child_handler(services_key, expectations, ctrl.enqueue))
+        job_informer.add_handler(job_handler(expectations, queue, job_metrics))
+        pod_informer.add_handler(pod_handler(expectations, queue))
+        service_informer.add_handler(service_handler(expectations, queue))
 
         elector = None
         if args.leader_elect:
@@ -269,8 +212,6 @@ async def run(args: argparse.Namespace) -> int:
             elector=elector,
             services=[
                 recorder.run,
-                # the background writer of the reconciler's creates
-                reconciler.run,
                 serve_probes(
                     metrics=metrics,
                     metrics_address=args.metrics_bind_address,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile import status as st
+from reconcile import conditions as st
 from reconcile.status_types import (
     IndexRetry,
     JobCondition,

@@ -1,0 +1,124 @@
+"""Background: work a reconcile pass hands off, with its retries owned by the workqueue.
+
+Implements controller.types.Spawner. A pass that must wait on slow writes (creates, at
+the client's rate limit) spawns them here and returns, so the worker is free for the
+next key; the pass's expectations keep the key's next pass from acting on a view that
+lacks those writes.
+
+Contract, per key. A key's *batch* is its passes and the work they spawn, from the
+moment one begins until none of it is left running; the Controller brackets every pass
+with ``begin``/``end``, so a pass belongs to the batch of the work it spawns.
+- Work runs concurrently, at most ``limit`` at once across all keys.
+- Work that raises is logged, and the first failure of a batch puts the key back with
+  ``add_rate_limited``: the queue's per-key backoff grows while the work keeps failing.
+- The key's failure history is forgotten (``forget``) only when a batch ends with no
+  failure in it. A pass that succeeds just after (or while) its work failed therefore
+  cannot reset the backoff that failing work is building: without this, a create that
+  is refused at once would be retried every few milliseconds forever.
+- ``spawn`` needs ``run()`` to be running (the Controller runs it beside its workers);
+  work still running when it is cancelled (lease lost, shutdown) is cancelled with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+log = structlog.get_logger("controller.background")
+
+K = TypeVar("K", bound=Hashable)
+K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
+
+
+class RetryQueue(Protocol[K_contra]):
+    """The slice of controller.workqueue.WorkQueue that owns retries."""
+
+    def add_rate_limited(self, item: K_contra) -> None: ...
+
+    def forget(self, item: K_contra) -> None: ...
+
+
+@dataclass(slots=True)
+class _Batch:
+    pending: int = 0
+    failed: bool = False
+
+
+class Background(Generic[K]):
+    def __init__(self, queue: RetryQueue[K], *, limit: int = 64) -> None:
+        self._queue = queue
+        self._limit = anyio.Semaphore(limit)
+        self._batches: dict[K, _Batch] = {}
+        self._tg: TaskGroup | None = None
+        self._idle: anyio.Event | None = None
+
+    def pending(self, key: K) -> bool:
+        return key in self._batches
+
+    def begin(self, key: K) -> None:
+        """A pass of ``key`` starts: it is part of the key's batch until ``end``."""
+        self._batches.setdefault(key, _Batch()).pending += 1
+
+    def end(self, key: K, *, failed: bool) -> None:
+        """The pass ends; ``failed`` when it raised (the caller has requeued the key)."""
+        batch = self._batches.get(key)
+        if batch is not None:
+            self._settle(key, batch, failed=failed, requeue=False)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(b.pending for b in self._batches.values())
+
+    def spawn(self, key: K, work: Callable[[], Awaitable[None]]) -> None:
+        if self._tg is None:
+            raise RuntimeError("Background.spawn called while run() is not running")
+        batch = self._batches.setdefault(key, _Batch())
+        batch.pending += 1
+        self._tg.start_soon(self._run_one, key, batch, work)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            self._tg = None
+            self._batches.clear()
+
+    async def wait_idle(self) -> None:
+        """Wait until no spawned work is running."""
+        while self._batches:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    async def _run_one(self, key: K, batch: _Batch, work: Callable[[], Awaitable[None]]) -> None:
+        failed = False
+        try:
+            async with self._limit:
+                await work()
+        except Exception as exc:
+            failed = True
+            log.warning("background work failed", key=key, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._settle(key, batch, failed=failed, requeue=True)
+
+    def _settle(self, key: K, batch: _Batch, *, failed: bool, requeue: bool) -> None:
+        if failed and not batch.failed:
+            batch.failed = True
+            if requeue:
+                self._queue.add_rate_limited(key)
+        batch.pending -= 1
+        if batch.pending > 0:
+            return
+        if self._batches.get(key) is batch:
+            del self._batches[key]
+        if not batch.failed:
+            self._queue.forget(key)
+        if not self._batches and self._idle is not None:
+            self._idle.set()

@@ -1,0 +1,108 @@
+"""The child diffs of an active job: which pods and services to create and delete.
+
+Pods are decided per index by the restart accounting (reconcile.restart); this module
+turns its decisions into pod bodies, adds the pods of replica types the spec no longer
+has, and keeps exactly one headless service per index below ``replicas``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from controller.types import JSON
+from reconcile.cluster_spec import ClusterMember, tf_config, tf_port
+from reconcile.labels import is_master_role, replica_name, replica_type_of
+from reconcile.models import TFJob
+from reconcile.pods import JobRef, build_pod, is_terminating, name_of, uid_of
+from reconcile.services import build_service
+
+
+def job_ref(job: TFJob) -> JobRef:
+    return JobRef(name=job.name, namespace=job.namespace, uid=job.uid)
+
+
+def new_pods(
+    job: TFJob,
+    creates: Mapping[str, Sequence[int]],
+    *,
+    cluster_domain: str | None,
+    operator_name: str,
+) -> list[JSON]:
+    """The pod bodies for the indexes to create, per replica type. TF_CONFIG is rendered
+    now, from the spec as it is: a pod keeps the cluster layout it started with."""
+    specs = job.replica_specs
+    members = {
+        rt: ClusterMember(replicas=s.count, port=tf_port(s.template)) for rt, s in specs.items()
+    }
+    ref = job_ref(job)
+    dynamic = bool(job.spec.enable_dynamic_worker)
+    return [
+        build_pod(
+            ref,
+            rtype,
+            index,
+            specs[rtype].template,
+            restart_policy=specs[rtype].policy,
+            tf_config=tf_config(
+                ref.name,
+                ref.namespace,
+                members,
+                rtype,
+                index,
+                cluster_domain=cluster_domain,
+                dynamic_worker=dynamic,
+            ),
+            master_role=is_master_role(rtype, index, specs),
+            operator_name=operator_name,
+        )
+        for rtype, indexes in creates.items()
+        for index in indexes
+    ]
+
+
+def foreign_pods(job: TFJob, pods: Iterable[JSON]) -> list[JSON]:
+    """Owned pods of a replica type no longer in the spec (the spec was edited)."""
+    known = {rt.lower() for rt in job.replica_specs}
+    return [
+        p
+        for p in pods
+        if (rt := replica_type_of(p)) is not None and rt not in known and not is_terminating(p)
+    ]
+
+
+def service_diff(
+    job: TFJob, services: Iterable[JSON], *, operator_name: str
+) -> tuple[list[JSON], list[JSON]]:
+    """Exactly one headless service per index below replicas: create the missing ones,
+    delete the rest (scale-down, removed types, duplicates under another name)."""
+    specs = job.replica_specs
+    wanted: dict[str, tuple[str, int]] = {
+        replica_name(job.name, rt, i): (rt, i) for rt, s in specs.items() for i in range(s.count)
+    }
+    existing: set[str] = set()
+    delete: list[JSON] = []
+    for svc in services:
+        svc_name = name_of(svc)
+        if svc_name in wanted and svc_name not in existing:
+            existing.add(svc_name)
+        elif not is_terminating(svc):
+            delete.append(svc)
+    ref = job_ref(job)
+    create = [
+        build_service(ref, rt, i, specs[rt].template, operator_name=operator_name)
+        for svc_name, (rt, i) in wanted.items()
+        if svc_name not in existing
+    ]
+    return create, delete
+
+
+def unique(objs: Iterable[JSON]) -> list[JSON]:
+    """Each object once (by UID, else name), first occurrence kept."""
+    seen: set[str] = set()
+    out: list[JSON] = []
+    for obj in objs:
+        key = uid_of(obj) or name_of(obj)
+        if key not in seen:
+            seen.add(key)
+            out.append(obj)
+    return out

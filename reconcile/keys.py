@@ -1,0 +1,20 @@
+"""The expectation keys of a job: one for its own status write, one per child kind.
+
+The reconciler raises expectations under these keys and the event handlers lower them,
+so both sides must derive them the same way: here, and nowhere else.
+"""
+
+from __future__ import annotations
+
+
+def pods_key(job_key: str) -> str:
+    return f"{job_key}/pods"
+
+
+def services_key(job_key: str) -> str:
+    return f"{job_key}/services"
+
+
+def expectation_keys(job_key: str) -> tuple[str, str, str]:
+    """Every expectation key of a job: the job's (read-your-writes), pods', services'."""
+    return job_key, pods_key(job_key), services_key(job_key)

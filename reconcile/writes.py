@@ -1,0 +1,230 @@
+"""The one thin layer that writes: a plan's child creates and deletes, the status, the job.
+
+Rules every write here keeps:
+- expectations are raised *before* a write is issued (an informer event may arrive before
+  the write's response does) and lowered for every write that fails or finds its object
+  already there or gone, because no event will arrive for it;
+- deletes carry the object's UID as a precondition, so a same-named successor is safe;
+- the status PUT carries the cached resourceVersion, so a stale write fails with Conflict
+  and the pass is retried from a fresh cache read;
+- each failed child write is reported once: a Warning event (upstream's FailedCreate* /
+  FailedDelete*) and a log line.
+Deletes run in the pass, concurrently up to a bound; creates are spawned (Spawner) so the
+pass does not wait on them, and a failed create raises inside its spawned work.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+
+from controller import errors
+from controller.types import JSON, EventSink, Expectations, ObjectWriter, Spawner
+from reconcile import conditions as cond
+from reconcile.keys import pods_key, services_key
+from reconcile.plan import Plan
+from reconcile.spec import JobView
+
+log = structlog.get_logger("tfjob")
+
+#: How much of an API error goes into an event message.
+MAX_ERROR_MESSAGE = 300
+
+
+@dataclass
+class Outcome:
+    """Counters for the one summary log line of a pass."""
+
+    created: int = 0
+    #: creates given to the background (their results arrive after the pass)
+    handed_off: int = 0
+    deleted: int = 0
+    failed_writes: int = 0
+    status_written: bool = False
+    errors: list[BaseException] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Child:
+    kind: str  # "Pod" or "Service", as in upstream's event reasons
+    writer: ObjectWriter
+    exp_key: str
+
+
+class ChildWrites:
+    def __init__(
+        self,
+        *,
+        pods: ObjectWriter,
+        services: ObjectWriter,
+        expectations: Expectations,
+        events: EventSink,
+        spawner: Spawner,
+        max_concurrent: int = 64,
+    ) -> None:
+        self._pods = pods
+        self._services = services
+        self._expectations = expectations
+        self._events = events
+        self._spawner = spawner
+        self._max_concurrent = max_concurrent
+
+    async def apply(self, key: str, job: JobView, plan: Plan, outcome: Outcome) -> None:
+        pods = _Child("Pod", self._pods, pods_key(key))
+        services = _Child("Service", self._services, services_key(key))
+        exp = self._expectations
+        for child, doomed in ((pods, plan.delete_pods), (services, plan.delete_services)):
+            if doomed:
+                exp.expect_deletions(child.exp_key, [o["metadata"]["uid"] for o in doomed])
+        for child, bodies in ((pods, plan.create_pods), (services, plan.create_services)):
+            if bodies:
+                exp.expect_creations(child.exp_key, len(bodies))
+        # Services first, pods last: the job's next pass waits for all of them, and the
+        # pods are what start running, so they should be the last to wait.
+        for child, bodies in ((services, plan.create_services), (pods, plan.create_pods)):
+            for body in bodies:
+                self._spawner.spawn(key, self._creator(job, child, body, outcome))
+                outcome.handed_off += 1
+        deletes = [self._deleter(job, pods, p, outcome) for p in plan.delete_pods]
+        deletes += [self._deleter(job, services, s, outcome) for s in plan.delete_services]
+        if not deletes:
+            return
+        limiter = anyio.Semaphore(self._max_concurrent)
+
+        async def bounded(fn: Callable[[], Awaitable[None]]) -> None:
+            async with limiter:
+                await fn()
+
+        async with anyio.create_task_group() as tg:
+            for fn in deletes:
+                tg.start_soon(bounded, fn)
+
+    def _creator(
+        self, job: JobView, child: _Child, body: JSON, outcome: Outcome
+    ) -> Callable[[], Awaitable[None]]:
+        meta = body["metadata"]
+
+        async def create() -> None:
+            namespace = meta.get("namespace") or job.namespace
+            # AlreadyExists: deterministic names, so it is there already, and no create
+            # event of ours will arrive for this attempt.
+            if await self._write(
+                job, child, "Create", meta["name"], outcome,
+                lambda: child.writer.create(namespace, body),
+                lambda: self._expectations.creation_observed(child.exp_key),
+                harmless=(errors.AlreadyExists,),
+            ):  # fmt: skip
+                outcome.created += 1
+
+        return create
+
+    def _deleter(
+        self, job: JobView, child: _Child, obj: JSON, outcome: Outcome
+    ) -> Callable[[], Awaitable[None]]:
+        meta = obj["metadata"]
+
+        async def delete() -> None:
+            # NotFound or Conflict: already gone (or replaced), and the informer's delete
+            # event may have been seen already, so it counts as observed here.
+            try:
+                deleted = await self._write(
+                    job, child, "Delete", meta["name"], outcome,
+                    lambda: child.writer.delete(meta["namespace"], meta["name"], uid=meta["uid"]),
+                    lambda: self._expectations.deletion_observed(child.exp_key, meta["uid"]),
+                    harmless=(errors.NotFound, errors.Conflict),
+                )  # fmt: skip
+            except Exception as e:
+                outcome.errors.append(e)  # deletes fail the pass, which is retried
+                return
+            if deleted:
+                outcome.deleted += 1
+
+        return delete
+
+    async def _write(
+        self,
+        job: JobView,
+        child: _Child,
+        verb: str,
+        name: str,
+        outcome: Outcome,
+        call: Callable[[], Awaitable[object]],
+        observed: Callable[[], None],
+        *,
+        harmless: tuple[type[Exception], ...],
+    ) -> bool:
+        """Issue one child write; True when it was made. ``observed`` lowers its
+        expectation when no informer event will arrive for it."""
+        try:
+            await call()
+        except harmless:
+            observed()
+            return False
+        except Exception as e:
+            observed()
+            self._failed(job, outcome, verb, child.kind, name, e)
+            raise
+        done = {"Create": "Created", "Delete": "Deleted"}[verb]
+        self._events.event(
+            job.raw,
+            "Normal",
+            f"Successful{verb}{child.kind}",
+            f"{done} {child.kind.lower()}: {name}",
+        )
+        return True
+
+    def _failed(
+        self, job: JobView, outcome: Outcome, verb: str, kind: str, name: str, e: Exception
+    ) -> None:
+        outcome.failed_writes += 1
+        gerund = {"Create": "creating", "Delete": "deleting"}[verb]
+        self._events.event(
+            job.raw, "Warning", f"Failed{verb}{kind}", f"Error {gerund}: {short_error(e)}"
+        )
+        log.warning(
+            f"{verb.lower()} failed",
+            job=f"{job.namespace}/{job.name}",
+            kind=kind,
+            name=name,
+            error=str(e),
+        )
+
+
+async def write_status(
+    jobs: ObjectWriter,
+    expectations: Expectations,
+    key: str,
+    job: JobView,
+    status: Mapping[str, Any],
+) -> None:
+    body = copy.copy(job.raw)
+    body["status"] = dict(status)
+    written = await jobs.replace_status(job.namespace, job.name, body)
+    rv = (written.get("metadata") or {}).get("resourceVersion")
+    if rv:
+        expectations.expect_resource_version(key, str(rv))
+
+
+async def delete_job(jobs: ObjectWriter, events: EventSink, job: JobView, outcome: Outcome) -> bool:
+    """Delete the job (ttlSecondsAfterFinished); the garbage collector takes its children.
+    True when this call deleted it."""
+    try:
+        await jobs.delete(job.namespace, job.name, uid=job.uid, propagation="Background")
+    except errors.NotFound:
+        return False
+    except Exception as e:
+        events.event(job.raw, "Warning", "FailedDeleteJob", f"Error deleting: {short_error(e)}")
+        raise
+    outcome.deleted += 1
+    events.event(job.raw, "Normal", cond.REASON_DELETED_JOB, f"Deleted job: {job.name}")
+    return True
+
+
+def short_error(e: BaseException) -> str:
+    msg = str(e)
+    return msg if len(msg) <= MAX_ERROR_MESSAGE else msg[: MAX_ERROR_MESSAGE - 3] + "..."

@@ -1,0 +1,139 @@
+"""The reconciler on the production path: its gates, creates handed to the machinery's
+background work (a pass never waits on them), and the retries of a failed create owned
+by the workqueue's backoff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+import structlog
+
+from controller.runtime import Controller
+from reconcile.keys import pods_key, services_key
+from reconcile.models import MANAGED_BY_MULTIKUEUE
+from tests.builders import make_pod, make_tfjob
+from tests.fakes import ReconcilerWorld
+
+KEY = "ns/t"
+FINISHED = {
+    "conditions": [
+        {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "m",
+         "lastUpdateTime": "2024-01-01T00:00:00Z", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+        {"type": "Succeeded", "status": "True", "reason": "TFJobSucceeded", "message": "m",
+         "lastUpdateTime": "2024-01-01T00:00:00Z", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+    ],
+    "replicaStatuses": {},
+}  # fmt: skip
+
+
+async def reconcile(w: ReconcilerWorld) -> tuple[str | None, float | None]:
+    """One pass; its outcome as the summary log line would say it, and its requeue."""
+    structlog.contextvars.clear_contextvars()
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        result = await w.reconciler.reconcile(KEY)
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    outcome = structlog.contextvars.get_contextvars().get("outcome")
+    structlog.contextvars.clear_contextvars()
+    return outcome, result.requeue_after
+
+
+def pending_expectations(w: ReconcilerWorld) -> None:
+    w.expectations.expect_creations(pods_key(KEY), 1)
+
+
+@pytest.mark.parametrize(
+    ("job", "setup", "outcome", "writes"),
+    [
+        pytest.param(make_tfjob("t").worker(1).status(FINISHED).obj(), None, "finished", False,
+                     id="finished"),
+        pytest.param(make_tfjob("t").worker(1).deleting().obj(), None, "deleting", False,
+                     id="deleting"),
+        pytest.param(make_tfjob("t").worker(1).managed_by(MANAGED_BY_MULTIKUEUE).obj(), None,
+                     "managed-by-other", False, id="managed-by-other"),
+        pytest.param(make_tfjob("t").worker(1).obj(), pending_expectations,
+                     "awaiting-expectations", False, id="expectations-pending"),
+        pytest.param(make_tfjob("t").worker(1).suspend().obj(), None, None, True,
+                     id="suspended"),
+        pytest.param(make_tfjob("t").worker(1).obj(), None, None, True, id="active"),
+    ],
+)  # fmt: skip
+async def test_gates(job: dict[str, Any], setup: Any, outcome: str | None, writes: bool) -> None:
+    w = ReconcilerWorld(job)
+    if setup is not None:
+        setup(w)
+    got, requeue = await reconcile(w)
+    assert got == outcome
+    assert bool(w.writer.statuses or w.writer.created) == writes
+    if outcome == "awaiting-expectations":
+        assert requeue is not None  # the safety net if the observing event is lost
+
+
+async def test_suspended_job_gets_no_pods_and_says_so() -> None:
+    w = ReconcilerWorld(make_tfjob("t").worker(2).suspend().obj())
+    w.pods.upsert(make_pod(w.jobs.get("ns", "t") or {}, "Worker", 0).running().obj())
+    await reconcile(w)
+    assert w.writer.created == [] and w.writer.deleted == ["t-worker-0"]
+    assert any(c["type"] == "Suspended" for c in w.writer.statuses[-1]["conditions"])
+
+
+async def test_a_gone_job_takes_its_expectations_and_spec_with_it() -> None:
+    w = ReconcilerWorld(make_tfjob("t").worker(1).obj())
+    await reconcile(w)
+    assert len(w.reconciler.specs) == 1
+    w.expectations.expect_creations(pods_key(KEY), 1)
+    w.jobs.delete(KEY)
+    assert await reconcile(w) == ("gone", None)
+    assert w.expectations.satisfied(pods_key(KEY))
+    assert len(w.reconciler.specs) == 0
+
+
+async def test_pass_returns_before_its_creates_and_gates_the_next_one() -> None:
+    w = ReconcilerWorld(make_tfjob("t").chief().worker(2).obj(), hold_creates=True)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        with anyio.fail_after(1):
+            await w.reconciler.reconcile(KEY)  # would hang if it waited for the creates
+        assert w.writer.statuses, "the status write does not wait for the creates"
+        assert w.writer.created == []
+        assert w.expectations.pending(pods_key(KEY))[0] == 3
+        assert w.expectations.pending(services_key(KEY))[0] == 3
+        # the next pass does not act on a cache that lacks its own creates
+        result = await w.reconciler.reconcile(KEY)
+        assert result.requeue_after is not None and len(w.writer.statuses) == 1
+        w.writer.release.set()
+        await anyio.wait_all_tasks_blocked()
+        assert len(w.writer.created) == 6
+        assert w.events.reasons.count("SuccessfulCreatePod") == 3
+        assert w.expectations.satisfied(pods_key(KEY))
+        tg.cancel_scope.cancel()
+
+
+async def test_a_failing_create_backs_off_through_the_queue_until_it_succeeds() -> None:
+    w = ReconcilerWorld(make_tfjob("t").chief().worker(2).obj())
+    w.writer.fail = {"t-worker-1"}  # its pod and its service
+    ctrl = Controller("tfjob", w.reconciler, clock=w.clock, queue=w.queue, background=w.background)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        for attempt in (1, 2, 3):
+            await ctrl.process(KEY)
+            await anyio.wait_all_tasks_blocked()
+            w.store_status()
+            # each failure grows the key's backoff; the pass that planned the create
+            # succeeded, and still did not reset it
+            assert w.queue.num_requeues(KEY) == attempt
+            assert w.expectations.satisfied(pods_key(KEY))
+        assert w.events.reasons.count("FailedCreatePod") == 3
+        assert w.events.reasons.count("FailedCreateService") == 3
+        w.writer.fail = set()
+        await ctrl.process(KEY)
+        await anyio.wait_all_tasks_blocked()
+        assert "t-worker-1" in w.writer.created
+        assert w.queue.num_requeues(KEY) == 0  # forgotten once everything succeeded
+        tg.cancel_scope.cancel()
+    assert sorted(w.writer.created) == sorted(
+        2 * ["t-chief-0", "t-worker-0", "t-worker-1"]
+    )  # each pod and service once: nothing was created twice

@@ -1,0 +1,5 @@
+"""``python -m tfjob_controller``: the same entry point as the ``tfjob-controller`` script."""
+
+from tfjob_controller.app import main
+
+main()
