@@ -33,7 +33,7 @@ run: cluster
 
 lint: venv
 	$(PY) hack/check_layers.py
-	$(VENV)/bin/ruff check controller reconcile hack tests
+	$(VENV)/bin/ruff check controller reconcile tfjob_controller hack tests
 	$(VENV)/bin/mypy
 	$(PY) hack/gen_crd.py --check
 

@@ -15,7 +15,8 @@ from datetime import datetime
 
 from controller.types import JSON
 from reconcile import conditions as cond
-from reconcile.models import CleanPodPolicy, RunPolicy
+from reconcile.models import RunPolicy
+from reconcile.names import CleanPodPolicy
 from reconcile.pods import is_terminating, name_of, phase_of
 from reconcile.status_types import JobStatus, elapsed_due
 

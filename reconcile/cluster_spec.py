@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconcile.labels import replica_name
-from reconcile.models import (
+from reconcile.names import (
     CHIEF_TYPES,
     DEFAULT_PORT,
     DEFAULT_PORT_NAME,

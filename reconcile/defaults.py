@@ -14,17 +14,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconcile.models import (
+from reconcile.models import ReplicaSpec, RunPolicy, TFJob
+from reconcile.names import (
     DEFAULT_CLEAN_POD_POLICY,
     DEFAULT_PORT,
     DEFAULT_PORT_NAME,
     DEFAULT_REPLICAS,
     DEFAULT_RESTART_POLICY,
     DEFAULT_SUCCESS_POLICY,
-    ReplicaSpec,
     ReplicaType,
-    RunPolicy,
-    TFJob,
     tensorflow_container_index,
 )
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from controller.types import JSON, EventHandler, Expectations, KeyQueue, controller_ref, object_key
 from reconcile.keys import pods_key, services_key
 from reconcile.metrics import JobMetrics
-from reconcile.models import API_VERSION, KIND
+from reconcile.names import API_VERSION, KIND
 from reconcile.pods import is_terminating, phase_of, restart_count
 
 #: How long a progress-only pod change may wait for others of the same job.

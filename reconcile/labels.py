@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reconcile.models import CHIEF_TYPES, ReplicaType
+from reconcile.names import CHIEF_TYPES, ReplicaType
 
 LABEL_PREFIX = "training.kubeflow.org/"
 OPERATOR_NAME_LABEL = LABEL_PREFIX + "operator-name"

@@ -17,92 +17,30 @@ rule controller-side for objects that reached the cache some other way.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 from pydantic.alias_generators import to_camel
 
+from reconcile.admission import (
+    INT32,
+    INT64,
+    POD_TEMPLATE_SCHEMA,
+    REPLICA_SPECS_RULES,
+    rule,
+)
+from reconcile.names import (
+    DEFAULT_CLEAN_POD_POLICY,
+    DEFAULT_REPLICAS,
+    DEFAULT_RESTART_POLICY,
+    DEFAULT_SUCCESS_POLICY,
+    DNS1035_LABEL_MAX_LENGTH,
+    DNS1035_LABEL_PATTERN,
+    MANAGED_BY_VALUES,
+    MAX_REPLICA_TYPES,
+    RestartPolicy,
+)
 from reconcile.status_types import JobStatus
-
-GROUP = "kubeflow.org"
-VERSION = "v1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "TFJob"
-PLURAL = "tfjobs"
-SINGULAR = "tfjob"
-
-
-class ReplicaType(StrEnum):
-    """The replica types TensorFlow knows. Master is the legacy alias of Chief."""
-
-    CHIEF = "Chief"
-    MASTER = "Master"
-    PS = "PS"
-    WORKER = "Worker"
-    EVALUATOR = "Evaluator"
-
-
-class RestartPolicy(StrEnum):
-    ALWAYS = "Always"
-    ON_FAILURE = "OnFailure"
-    NEVER = "Never"
-    # Exit codes 1-127 are permanent failures, 128-255 retryable.
-    EXIT_CODE = "ExitCode"
-
-
-class CleanPodPolicy(StrEnum):
-    ALL = "All"
-    RUNNING = "Running"
-    NONE = "None"
-
-
-class SuccessPolicy(StrEnum):
-    DEFAULT = ""
-    ALL_WORKERS = "AllWorkers"
-
-
-MANAGED_BY_TRAINING_OPERATOR = "kubeflow.org/training-operator"
-MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
-MANAGED_BY_VALUES = (MANAGED_BY_TRAINING_OPERATOR, MANAGED_BY_MULTIKUEUE)
-
-DEFAULT_CONTAINER_NAME = "tensorflow"
-DEFAULT_PORT_NAME = "tfjob-port"
-DEFAULT_PORT = 2222
-DEFAULT_REPLICAS = 1
-DEFAULT_RESTART_POLICY = RestartPolicy.NEVER
-DEFAULT_CLEAN_POD_POLICY = CleanPodPolicy.NONE
-DEFAULT_SUCCESS_POLICY = SuccessPolicy.DEFAULT
-
-# Upper bounds that exist only so the apiserver can estimate CEL cost: five known
-# replica types (any case, no duplicates) and far more containers than a pod needs.
-#: Replica types in the order upstream's UpdateJobStatus walks them: status decisions and
-#: the "which replica failed" message depend on it.
-STATUS_ORDER: tuple[ReplicaType, ...] = tuple(sorted(ReplicaType))
-#: Chief and Master are the same role under two names (Master is the legacy alias).
-CHIEF_TYPES: tuple[ReplicaType, ...] = (ReplicaType.CHIEF, ReplicaType.MASTER)
-
-MAX_REPLICA_TYPES = len(ReplicaType)
-MAX_CONTAINERS = 64
-# Container names are DNS-1123 labels; the Pod API rejects anything longer anyway.
-MAX_CONTAINER_NAME_LENGTH = 63
-DNS1035_LABEL_MAX_LENGTH = 63
-DNS1035_LABEL_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
-
-_INT32: dict[str, Any] = {"format": "int32"}
-_INT64: dict[str, Any] = {"format": "int64"}
-
-# CEL helpers: replica-type keys are matched case-insensitively, like upstream
-# defaulting re-cases them.
-_KNOWN_TYPES_CEL = "[" + ", ".join(f"'{t.lower()}'" for t in ReplicaType) + "]"
-_CHIEF_TYPES_CEL = "['chief', 'master']"
-
-
-def _rule(rule: str, message: str, *, field_path: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"rule": rule, "message": message}
-    if field_path is not None:
-        out["fieldPath"] = field_path
-    return out
 
 
 class _APIModel(BaseModel):
@@ -136,13 +74,13 @@ Quantity = Annotated[int | str, PlainValidator(_quantity)]
 class SchedulingPolicy(_APIModel):
     """SchedulingPolicy encapsulates the gang-scheduling settings (PodGroup)."""
 
-    min_available: int | None = Field(default=None, json_schema_extra=_INT32)
+    min_available: int | None = Field(default=None, json_schema_extra=INT32)
     """Minimum number of pods that must be schedulable together."""
     queue: str | None = Field(
         default=None,
         json_schema_extra={
             "x-kubernetes-validations": [
-                _rule("self == oldSelf", "spec.runPolicy.schedulingPolicy.queue is immutable")
+                rule("self == oldSelf", "spec.runPolicy.schedulingPolicy.queue is immutable")
             ]
         },
     )
@@ -163,7 +101,7 @@ class SchedulingPolicy(_APIModel):
     """Minimum resources (resource name to quantity) the whole gang needs."""
     priority_class: str | None = None
     """PriorityClass of the PodGroup."""
-    schedule_timeout_seconds: int | None = Field(default=None, json_schema_extra=_INT32)
+    schedule_timeout_seconds: int | None = Field(default=None, json_schema_extra=INT32)
     """How long the gang may wait to be scheduled."""
 
 
@@ -176,7 +114,7 @@ class RunPolicy(_APIModel):
             # field only runs when old and new both have it, which would let a
             # PATCH set or unset it. runPolicy always exists (schema default {}).
             "x-kubernetes-validations": [
-                _rule(
+                rule(
                     "has(self.managedBy) == has(oldSelf.managedBy)"
                     " && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
                     "spec.runPolicy.managedBy is immutable",
@@ -190,11 +128,11 @@ class RunPolicy(_APIModel):
         default=None, json_schema_extra={"default": DEFAULT_CLEAN_POD_POLICY.value}
     )
     """Which pods to delete when the job finishes: All, Running or None. Default None."""
-    ttl_seconds_after_finished: int | None = Field(default=None, json_schema_extra=_INT32)
+    ttl_seconds_after_finished: int | None = Field(default=None, json_schema_extra=INT32)
     """Seconds after completion before the TFJob is deleted. Default: never."""
-    active_deadline_seconds: int | None = Field(default=None, json_schema_extra=_INT64)
+    active_deadline_seconds: int | None = Field(default=None, json_schema_extra=INT64)
     """Seconds since startTime the job may be active before it is failed."""
-    backoff_limit: int | None = Field(default=None, json_schema_extra=_INT32)
+    backoff_limit: int | None = Field(default=None, json_schema_extra=INT32)
     """Number of retries before marking this job failed."""
     scheduling_policy: SchedulingPolicy | None = None
     """Gang-scheduling settings."""
@@ -207,56 +145,12 @@ class RunPolicy(_APIModel):
     for this controller, kueue.x-k8s.io/multikueue to delegate to MultiKueue. Immutable."""
 
 
-# The pod template is schema-less except for what admission must check: its
-# containers (list-map keyed by name, as in the Pod API) with name and image.
-# Everything else is preserved untouched, never pruned.
-_CONTAINER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "x-kubernetes-preserve-unknown-fields": True,
-    "required": ["name", "image"],
-    "properties": {
-        "name": {"type": "string", "maxLength": MAX_CONTAINER_NAME_LENGTH},
-        "image": {"type": "string", "minLength": 1},
-    },
-}
-POD_TEMPLATE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "x-kubernetes-preserve-unknown-fields": True,
-    "required": ["spec"],
-    "properties": {
-        "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-        "spec": {
-            "type": "object",
-            "x-kubernetes-preserve-unknown-fields": True,
-            "required": ["containers"],
-            "properties": {
-                "containers": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": MAX_CONTAINERS,
-                    "items": _CONTAINER_SCHEMA,
-                    "x-kubernetes-list-type": "map",
-                    "x-kubernetes-list-map-keys": ["name"],
-                    "x-kubernetes-validations": [
-                        _rule(
-                            f"self.exists(c, c.name == '{DEFAULT_CONTAINER_NAME}')",
-                            "template.spec.containers must have at least one container"
-                            f" with name {DEFAULT_CONTAINER_NAME}",
-                        )
-                    ],
-                }
-            },
-        },
-    },
-}
-
-
 class ReplicaSpec(_APIModel):
     """ReplicaSpec is a description of one replica type."""
 
     replicas: int | None = Field(
         default=None,
-        json_schema_extra={**_INT32, "minimum": 0, "default": DEFAULT_REPLICAS},
+        json_schema_extra={**INT32, "minimum": 0, "default": DEFAULT_REPLICAS},
     )
     """Desired number of replicas of the given template. Default 1."""
     template: dict[str, Any] = Field(json_schema_extra={"schema": POD_TEMPLATE_SCHEMA})
@@ -284,30 +178,6 @@ class ReplicaSpec(_APIModel):
         return self.restart_policy or DEFAULT_RESTART_POLICY
 
 
-# The apiserver prefixes each message with the rule's path (spec.tfReplicaSpecs).
-# No messageExpression naming the offending keys: keys have no length bound (a CRD
-# cannot declare one), so string building on them blows the CEL cost budget.
-_REPLICA_SPECS_RULES: list[Any] = [
-    _rule(
-        f"self.all(k, k.lowerAscii() in {_KNOWN_TYPES_CEL})",
-        "unknown replica type: must be one of Chief, Master, PS, Worker, Evaluator (any case)",
-    ),
-    _rule(
-        f"{_KNOWN_TYPES_CEL}.all(t, self.filter(k, k.lowerAscii() == t).size() <= 1)",
-        "a replica type must not appear twice in different case",
-    ),
-    _rule(
-        f"self.filter(k, k.lowerAscii() in {_CHIEF_TYPES_CEL}).size() <= 1",
-        "must not have more than 1 Chief or Master role",
-    ),
-    _rule(
-        f"self.all(k, !(k.lowerAscii() in {_CHIEF_TYPES_CEL})"
-        " || !has(self[k].replicas) || self[k].replicas <= 1)",
-        "Chief or Master replicas must be 0 or 1",
-    ),
-]
-
-
 class TFJobSpec(_APIModel):
     """TFJobSpec is the desired state of a TFJob."""
 
@@ -321,7 +191,7 @@ class TFJobSpec(_APIModel):
     tf_replica_specs: dict[str, ReplicaSpec] = Field(
         json_schema_extra={
             "maxProperties": MAX_REPLICA_TYPES,
-            "x-kubernetes-validations": _REPLICA_SPECS_RULES,
+            "x-kubernetes-validations": REPLICA_SPECS_RULES,
         }
     )
     """Map of replica type (Chief, Master, PS, Worker, Evaluator) to ReplicaSpec."""
@@ -337,7 +207,7 @@ class TFJob(_APIModel):
             # The only way to check metadata.name in a CRD: the root may read
             # self.metadata.name (and nothing else of metadata).
             "x-kubernetes-validations": [
-                _rule(
+                rule(
                     f"self.metadata.name.size() <= {DNS1035_LABEL_MAX_LENGTH}"
                     f" && self.metadata.name.matches('{DNS1035_LABEL_PATTERN}')",
                     "metadata.name must be a DNS-1035 label: lower case alphanumerics or"
@@ -377,17 +247,6 @@ class TFJob(_APIModel):
     @property
     def replica_specs(self) -> Mapping[str, ReplicaSpec]:
         return self.spec.tf_replica_specs
-
-
-def tensorflow_container_index(containers: object) -> int | None:
-    """Index of the first container named ``tensorflow`` in a container list, if any: the
-    one container the controller configures (TF_CONFIG, the default port, the service)."""
-    if not isinstance(containers, list):
-        return None
-    for i, container in enumerate(containers):
-        if isinstance(container, Mapping) and container.get("name") == DEFAULT_CONTAINER_NAME:
-            return i
-    return None
 
 
 def parse_tfjob(obj: Mapping[str, Any]) -> TFJob:

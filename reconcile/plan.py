@@ -28,7 +28,8 @@ from reconcile.children import foreign_pods, new_pods, service_diff, unique
 from reconcile.cleanup import Cleanup, cleanup_deletions, finished_cleanup, finishing_cleanup
 from reconcile.conditions import ConditionEvent
 from reconcile.labels import DEFAULT_OPERATOR_NAME
-from reconcile.models import CleanPodPolicy, ReplicaType, TFJob
+from reconcile.models import TFJob
+from reconcile.names import CleanPodPolicy, ReplicaType
 from reconcile.pods import group_by_replica
 from reconcile.restart import BackoffPolicy, ReplicaInput, ReplicaOutcome, account_replica
 from reconcile.spec import JobView

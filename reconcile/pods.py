@@ -17,7 +17,7 @@ from typing import Any
 from controller.types import JSON
 from reconcile.cluster_spec import TF_CONFIG_ENV
 from reconcile.labels import pod_labels, replica_index_of, replica_name, replica_type_of
-from reconcile.models import (
+from reconcile.names import (
     API_VERSION,
     DEFAULT_CONTAINER_NAME,
     KIND,

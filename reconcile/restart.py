@@ -40,7 +40,7 @@ from enum import Enum
 from typing import Any
 
 from controller.types import JSON
-from reconcile.models import RestartPolicy
+from reconcile.names import RestartPolicy
 from reconcile.pods import (
     created_at,
     deletion_requested_at,

@@ -26,7 +26,8 @@ from pydantic import ValidationError
 
 from controller.types import JSON
 from reconcile.defaults import apply_defaults
-from reconcile.models import MANAGED_BY_TRAINING_OPERATOR, RunPolicy, TFJob
+from reconcile.models import RunPolicy, TFJob
+from reconcile.names import MANAGED_BY_TRAINING_OPERATOR
 from reconcile.status_types import JobStatus
 from reconcile.validation import FieldError, check, format_errors
 

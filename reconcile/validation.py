@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from reconcile.models import (
+from reconcile.models import ReplicaSpec, TFJob, parse_tfjob
+from reconcile.names import (
     CHIEF_TYPES,
     DEFAULT_CONTAINER_NAME,
     DNS1035_LABEL_MAX_LENGTH,
@@ -31,11 +32,8 @@ from reconcile.models import (
     MANAGED_BY_VALUES,
     MAX_CONTAINER_NAME_LENGTH,
     MAX_CONTAINERS,
-    ReplicaSpec,
     ReplicaType,
     RestartPolicy,
-    TFJob,
-    parse_tfjob,
 )
 
 _DNS1035 = re.compile(DNS1035_LABEL_PATTERN)

@@ -19,14 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from reconcile import conditions as cond
-from reconcile.models import (
-    CHIEF_TYPES,
-    STATUS_ORDER,
-    ReplicaSpec,
-    ReplicaType,
-    SuccessPolicy,
-    TFJob,
-)
+from reconcile.models import ReplicaSpec, TFJob
+from reconcile.names import CHIEF_TYPES, STATUS_ORDER, ReplicaType, SuccessPolicy
 from reconcile.restart import PodOutcome, ReplicaOutcome
 from reconcile.status_types import elapsed_due, parse_indexes
 

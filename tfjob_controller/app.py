@@ -49,7 +49,7 @@ from controller.workqueue import WorkQueue
 from reconcile.handlers import job_handler, pod_handler, service_handler
 from reconcile.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.metrics import JobMetrics
-from reconcile.models import GROUP, KIND, PLURAL, VERSION
+from reconcile.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
 from reconcile.slim import slim_pod, slim_service
 from reconcile.tfjob import Caches, TFJobReconciler, Writers

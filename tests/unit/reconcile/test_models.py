@@ -11,13 +11,7 @@ import pydantic
 import pytest
 import yaml
 
-from reconcile.models import (
-    ReplicaSpec,
-    RunPolicy,
-    TFJob,
-    dump_tfjob,
-    parse_tfjob,
-)
+from reconcile.models import ReplicaSpec, RunPolicy, TFJob, dump_tfjob, parse_tfjob
 
 REPO = Path(__file__).resolve().parents[3]
 CONFORMANCE = (

@@ -12,7 +12,7 @@ import structlog
 
 from controller.runtime import Controller
 from reconcile.keys import pods_key, services_key
-from reconcile.models import MANAGED_BY_MULTIKUEUE
+from reconcile.names import MANAGED_BY_MULTIKUEUE
 from tests.builders import make_pod, make_tfjob
 from tests.fakes import ReconcilerWorld
 

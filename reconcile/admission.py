@@ -1,0 +1,100 @@
+"""What the apiserver enforces at admission: the schema fragments and CEL rules that the
+models attach to their fields (hack/gen_crd.py writes them into the CRD).
+
+reconcile.validation repeats every rule controller-side, for objects that reached the
+cache some other way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconcile.names import (
+    DEFAULT_CONTAINER_NAME,
+    MAX_CONTAINER_NAME_LENGTH,
+    MAX_CONTAINERS,
+    ReplicaType,
+)
+
+INT32: dict[str, Any] = {"format": "int32"}
+INT64: dict[str, Any] = {"format": "int64"}
+
+# CEL helpers: replica-type keys are matched case-insensitively, like upstream
+# defaulting re-cases them.
+KNOWN_TYPES_CEL = "[" + ", ".join(f"'{t.lower()}'" for t in ReplicaType) + "]"
+CHIEF_TYPES_CEL = "['chief', 'master']"
+
+
+def rule(rule: str, message: str, *, field_path: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"rule": rule, "message": message}
+    if field_path is not None:
+        out["fieldPath"] = field_path
+    return out
+
+
+# The pod template is schema-less except for what admission must check: its
+# containers (list-map keyed by name, as in the Pod API) with name and image.
+# Everything else is preserved untouched, never pruned.
+CONTAINER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "required": ["name", "image"],
+    "properties": {
+        "name": {"type": "string", "maxLength": MAX_CONTAINER_NAME_LENGTH},
+        "image": {"type": "string", "minLength": 1},
+    },
+}
+POD_TEMPLATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "required": ["spec"],
+    "properties": {
+        "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "spec": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "required": ["containers"],
+            "properties": {
+                "containers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_CONTAINERS,
+                    "items": CONTAINER_SCHEMA,
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                    "x-kubernetes-validations": [
+                        rule(
+                            f"self.exists(c, c.name == '{DEFAULT_CONTAINER_NAME}')",
+                            "template.spec.containers must have at least one container"
+                            f" with name {DEFAULT_CONTAINER_NAME}",
+                        )
+                    ],
+                }
+            },
+        },
+    },
+}
+
+
+# The apiserver prefixes each message with the rule's path (spec.tfReplicaSpecs).
+# No messageExpression naming the offending keys: keys have no length bound (a CRD
+# cannot declare one), so string building on them blows the CEL cost budget.
+REPLICA_SPECS_RULES: list[Any] = [
+    rule(
+        f"self.all(k, k.lowerAscii() in {KNOWN_TYPES_CEL})",
+        "unknown replica type: must be one of Chief, Master, PS, Worker, Evaluator (any case)",
+    ),
+    rule(
+        f"{KNOWN_TYPES_CEL}.all(t, self.filter(k, k.lowerAscii() == t).size() <= 1)",
+        "a replica type must not appear twice in different case",
+    ),
+    rule(
+        f"self.filter(k, k.lowerAscii() in {CHIEF_TYPES_CEL}).size() <= 1",
+        "must not have more than 1 Chief or Master role",
+    ),
+    rule(
+        f"self.all(k, !(k.lowerAscii() in {CHIEF_TYPES_CEL})"
+        " || !has(self[k].replicas) || self[k].replicas <= 1)",
+        "Chief or Master replicas must be 0 or 1",
+    ),
+]
