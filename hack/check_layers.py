@@ -36,23 +36,23 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def violations() -> list[str]:
+def violations(root: Path = REPO) -> list[str]:
     out: list[str] = []
-    for path in sorted((REPO / "controller").rglob("*.py")):
+    for path in sorted((root / "controller").rglob("*.py")):
         for line, mod in imported_modules(path):
             if any(mod == top or mod.startswith(top + ".") for top in ABOVE_MACHINERY):
-                out.append(f"{path.relative_to(REPO)}:{line}: controller/ imports {mod}")
-    for path in sorted((REPO / "reconcile").rglob("*.py")):
+                out.append(f"{path.relative_to(root)}:{line}: controller/ imports {mod}")
+    for path in sorted((root / "reconcile").rglob("*.py")):
         for line, mod in imported_modules(path):
             if mod == "tfjob_controller" or mod.startswith("tfjob_controller."):
-                out.append(f"{path.relative_to(REPO)}:{line}: reconcile/ imports {mod}")
+                out.append(f"{path.relative_to(root)}:{line}: reconcile/ imports {mod}")
             elif mod == "controller":
-                out.append(f"{path.relative_to(REPO)}:{line}: reconcile/ imports controller")
+                out.append(f"{path.relative_to(root)}:{line}: reconcile/ imports controller")
             elif mod.startswith("controller.") and not any(
                 mod == ok or mod.startswith(ok + ".") for ok in RECONCILE_MAY_IMPORT
             ):
                 # "from controller.types import X" also yields controller.types.X: allowed.
-                out.append(f"{path.relative_to(REPO)}:{line}: reconcile/ imports {mod}")
+                out.append(f"{path.relative_to(root)}:{line}: reconcile/ imports {mod}")
     return out
 
 

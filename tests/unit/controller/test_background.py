@@ -1,0 +1,150 @@
+"""Background work: its batches, and the retries it leaves to the workqueue."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import pytest
+
+from controller.background import Background
+from controller.clock import FakeClock
+from controller.workqueue import WorkQueue
+
+KEY = "ns/job"
+
+
+class Boom(Exception):
+    pass
+
+
+def make() -> tuple[Background[str], WorkQueue[str]]:
+    queue = WorkQueue[str]("q", clock=FakeClock())
+    return Background(queue, limit=2), queue
+
+
+def gated(gate: anyio.Event, *, fail: bool = False) -> Callable[[], Awaitable[None]]:
+    async def work() -> None:
+        await gate.wait()
+        if fail:
+            raise Boom("refused")
+
+    return work
+
+
+async def settle() -> None:
+    await anyio.wait_all_tasks_blocked()
+
+
+async def test_spawn_needs_run() -> None:
+    background, _ = make()
+    with pytest.raises(RuntimeError):
+        background.spawn(KEY, gated(anyio.Event()))
+
+
+async def test_a_failed_batch_requeues_once_and_keeps_its_history() -> None:
+    background, queue = make()
+    gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for fail in (True, True, False):
+            background.spawn(KEY, gated(gate, fail=fail))
+        assert background.pending(KEY) and background.in_flight == 3
+        gate.set()
+        await settle()
+        assert not background.pending(KEY)
+        assert queue.num_requeues(KEY) == 1  # two failures, one batch: one requeue
+        assert queue.waiting == 1
+        tg.cancel_scope.cancel()
+
+
+async def test_a_clean_batch_forgets_the_key() -> None:
+    background, queue = make()
+    queue.add_rate_limited(KEY)  # an earlier failure
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        background.spawn(KEY, gated(anyio.Event()))
+        background.spawn("other", gated(anyio.Event()))
+        await settle()
+        assert queue.num_requeues(KEY) == 1  # still running: not forgotten yet
+        tg.cancel_scope.cancel()
+    background, queue = make()
+    queue.add_rate_limited(KEY)
+    gate = anyio.Event()
+    gate.set()
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        background.spawn(KEY, gated(gate))
+        await settle()
+        assert queue.num_requeues(KEY) == 0
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("work_fails_first", [True, False], ids=["fails-before-pass-ends", "after"])
+async def test_a_pass_belongs_to_the_batch_of_its_work(work_fails_first: bool) -> None:
+    """The pass that spawned failing work succeeds: that must not reset the backoff the
+    failure built, whichever of the two finishes first."""
+    background, queue = make()
+    gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        background.begin(KEY)
+        background.spawn(KEY, gated(gate, fail=True))
+        if work_fails_first:
+            gate.set()
+            await settle()
+            background.end(KEY, failed=False)
+        else:
+            background.end(KEY, failed=False)
+            assert background.pending(KEY)
+            gate.set()
+            await settle()
+        assert not background.pending(KEY)
+        assert queue.num_requeues(KEY) == 1
+        tg.cancel_scope.cancel()
+
+
+async def test_a_pass_alone_is_a_batch() -> None:
+    background, queue = make()
+    queue.add_rate_limited(KEY)
+    background.begin(KEY)
+    background.end(KEY, failed=True)  # the runtime requeued it itself
+    assert queue.num_requeues(KEY) == 1 and queue.waiting == 1
+    background.begin(KEY)
+    background.end(KEY, failed=False)
+    assert queue.num_requeues(KEY) == 0
+
+
+async def test_work_runs_at_most_limit_at_once_and_wait_idle_waits_for_all() -> None:
+    background, _ = make()
+    gate = anyio.Event()
+    running = 0
+    peak = 0
+
+    async def work() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await gate.wait()
+        running -= 1
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for i in range(5):
+            background.spawn(f"k{i}", work)
+        await settle()
+        assert peak == 2 and background.in_flight == 5
+        done = anyio.Event()
+
+        async def waiter() -> None:
+            await background.wait_idle()
+            done.set()
+
+        tg.start_soon(waiter)
+        await settle()
+        assert not done.is_set()
+        gate.set()
+        with anyio.fail_after(1):
+            await done.wait()
+        assert background.in_flight == 0 and peak == 2
+        tg.cancel_scope.cancel()
