@@ -17,10 +17,8 @@ from controller.types import JSON
 from reconcile import conditions as cond
 from reconcile.models import RunPolicy
 from reconcile.names import CleanPodPolicy
-from reconcile.pods import is_terminating, name_of, phase_of
+from reconcile.pods import LIVE_PHASES, is_terminating, name_of, phase_of
 from reconcile.status_types import JobStatus, elapsed_due
-
-_LIVE_PHASES = ("Running", "Pending")
 
 
 @dataclass(frozen=True)
@@ -52,8 +50,8 @@ def cleanup_deletions(
     if policy != CleanPodPolicy.RUNNING:
         return [], []
     live = [p for p in pods if not is_terminating(p)]
-    kept = {name_of(p) for p in live if phase_of(p) not in _LIVE_PHASES}
-    del_pods = [p for p in live if phase_of(p) in _LIVE_PHASES]
+    kept = {name_of(p) for p in live if phase_of(p) not in LIVE_PHASES}
+    del_pods = [p for p in live if phase_of(p) in LIVE_PHASES]
     del_svcs = [s for s in services if not is_terminating(s) and name_of(s) not in kept]
     return del_pods, del_svcs
 

@@ -139,14 +139,8 @@ def set_condition(
     if old is not None and old.status == status and old.reason == reason:
         return current
     transition = old.last_transition_time if old is not None and old.status == status else now
-    new = JobCondition(
-        type=cond_type,
-        status=status,
-        reason=reason,
-        message=message,
-        last_update_time=now,
-        last_transition_time=transition,
-    )
+    fields = {"type": cond_type, "status": status, "reason": reason, "message": message}
+    new = JobCondition(**fields, last_update_time=now, last_transition_time=transition)
     kept: list[JobCondition] = []
     for cond in current:
         if cond.type == cond_type:

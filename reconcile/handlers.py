@@ -20,12 +20,10 @@ from controller.types import JSON, EventHandler, Expectations, KeyQueue, control
 from reconcile.keys import pods_key, services_key
 from reconcile.metrics import JobMetrics
 from reconcile.names import API_VERSION, KIND
-from reconcile.pods import is_terminating, phase_of, restart_count
+from reconcile.pods import LIVE_PHASES, is_terminating, phase_of, restart_count
 
 #: How long a progress-only pod change may wait for others of the same job.
 PROGRESS_BATCH_SECONDS = 0.1
-
-_PROGRESS_PHASES = ("Pending", "Running")
 
 
 def owner_job_key(obj: JSON) -> str | None:
@@ -40,7 +38,7 @@ def is_progress_only(old: JSON, new: JSON) -> bool:
     """A pod change that can only move replica counts and the Running condition."""
     return (
         not is_terminating(new)
-        and phase_of(new) in _PROGRESS_PHASES
+        and phase_of(new) in LIVE_PHASES
         and restart_count(new) == restart_count(old)
     )
 

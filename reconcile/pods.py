@@ -12,6 +12,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from controller.types import JSON
@@ -114,8 +115,21 @@ def uid_of(obj: Mapping[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("uid", ""))
 
 
+class PodPhase(StrEnum):
+    """core/v1 pod phases (a pod without one counts as Pending)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+#: Phases of a pod that still runs, or is about to.
+LIVE_PHASES = (PodPhase.PENDING, PodPhase.RUNNING)
+
+
 def phase_of(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
+    return str((pod.get("status") or {}).get("phase") or PodPhase.PENDING)
 
 
 def is_terminating(obj: Mapping[str, Any]) -> bool:

@@ -42,6 +42,7 @@ from typing import Any
 from controller.types import JSON
 from reconcile.names import RestartPolicy
 from reconcile.pods import (
+    PodPhase,
     created_at,
     deletion_requested_at,
     exit_code,
@@ -97,9 +98,9 @@ def pod_outcome(
     """What one pod means for its index under the replica's restart policy."""
     phase = phase_of(pod)
     terminating = is_terminating(pod)
-    if phase == "Succeeded":
+    if phase == PodPhase.SUCCEEDED:
         return PodOutcome.SUCCEEDED
-    if phase == "Failed":
+    if phase == PodPhase.FAILED:
         if is_disrupted(pod) or (terminating and not failed_before_deletion(pod)):
             return PodOutcome.DISRUPTED
         if restart_policy == RestartPolicy.NEVER:
@@ -112,7 +113,7 @@ def pod_outcome(
         if resumed_at is not None and created is not None and created <= resumed_at:
             return PodOutcome.LEFTOVER
         return PodOutcome.DISRUPTED
-    return PodOutcome.RUNNING if phase == "Running" else PodOutcome.PENDING
+    return PodOutcome.RUNNING if phase == PodPhase.RUNNING else PodOutcome.PENDING
 
 
 @dataclass(frozen=True)

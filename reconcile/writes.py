@@ -172,7 +172,7 @@ class ChildWrites:
         done = {"Create": "Created", "Delete": "Deleted"}[verb]
         self._events.event(
             job.raw,
-            "Normal",
+            cond.NORMAL,
             f"Successful{verb}{child.kind}",
             f"{done} {child.kind.lower()}: {name}",
         )
@@ -184,7 +184,7 @@ class ChildWrites:
         outcome.failed_writes += 1
         gerund = {"Create": "creating", "Delete": "deleting"}[verb]
         self._events.event(
-            job.raw, "Warning", f"Failed{verb}{kind}", f"Error {gerund}: {short_error(e)}"
+            job.raw, cond.WARNING, f"Failed{verb}{kind}", f"Error {gerund}: {short_error(e)}"
         )
         log.warning(
             f"{verb.lower()} failed",
@@ -218,10 +218,10 @@ async def delete_job(jobs: ObjectWriter, events: EventSink, job: JobView, outcom
     except errors.NotFound:
         return False
     except Exception as e:
-        events.event(job.raw, "Warning", "FailedDeleteJob", f"Error deleting: {short_error(e)}")
+        events.event(job.raw, cond.WARNING, "FailedDeleteJob", f"Error deleting: {short_error(e)}")
         raise
     outcome.deleted += 1
-    events.event(job.raw, "Normal", cond.REASON_DELETED_JOB, f"Deleted job: {job.name}")
+    events.event(job.raw, cond.NORMAL, cond.REASON_DELETED_JOB, f"Deleted job: {job.name}")
     return True
 
 
