@@ -110,10 +110,10 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
 
 def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> Plan:
     old = snap.job.status
-    outcomes = _account(snap, tfjob, old, config)
-    start_time = active_clock(old, tfjob.name, now).start_time
-    verdict, deadline_in = decide(tfjob, outcomes, start_time, snap.now)
-    new = calculate_status(old, outcomes, verdict, now, job=tfjob)
+    clock = active_clock(old, tfjob.name, now)
+    outcomes = _account(snap, tfjob, old, config, resumed_at=clock.resumed_at)
+    verdict, deadline_in = decide(tfjob, outcomes, clock.start_time, snap.now)
+    new = calculate_status(old, outcomes, verdict, now, job=tfjob, clock=clock)
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
     plan = _status_plan(old, new, failed_event_type=failed_event_type)
     if verdict is not None:
@@ -146,10 +146,14 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
 
 
 def _account(
-    snap: Snapshot, tfjob: TFJob, old: JobStatus, config: PlanConfig
+    snap: Snapshot,
+    tfjob: TFJob,
+    old: JobStatus,
+    config: PlanConfig,
+    *,
+    resumed_at: datetime | None,
 ) -> dict[str, ReplicaOutcome]:
     """Fold every replica type's observed pods into its durable record (reconcile.restart)."""
-    resumed_at = active_clock(old, tfjob.name, stored_now(snap.now)).resumed_at
     pods_by_type = group_by_replica(snap.pods)
     dynamic = bool(tfjob.spec.enable_dynamic_worker)
     return {

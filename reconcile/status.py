@@ -1,6 +1,6 @@
 """The job's new status, as pure functions of the old one and this pass's findings.
 
-``calculate_status(old, outcomes, verdict, now, job=...)`` is the active path: the
+``calculate_status(old, outcomes, verdict, now, ...)`` is the active path: the
 replica statuses the restart accounting produced, the conditions upstream would set
 (Created with the first write; Resumed after a suspension; Restarting or Running; the
 verdict's Succeeded or Failed, with completionTime), and observedGeneration. The
@@ -57,9 +57,10 @@ def calculate_status(
     now: datetime,
     *,
     job: TFJob,
+    clock: ActiveClock,
 ) -> JobStatus:
-    """The active job's new status (``now`` at stored, whole-second precision)."""
-    clock = active_clock(old, job.name, now)
+    """The active job's new status (``now`` at stored, whole-second precision; ``clock``
+    is ``active_clock(old, job.name, now)``, which the accounting needed first)."""
     conds = clock.conditions
     replica_statuses = {rt: o.status for rt, o in outcomes.items()}
     update: dict[str, object] = {"start_time": clock.start_time}
