@@ -169,7 +169,16 @@ class Spawner(Protocol):
     def spawn(self, key: str, work: Callable[[], Awaitable[None]]) -> None: ...
 
 
-class KeyQueue(Protocol):
+class Delays(Protocol):
+    """What a reconciler may ask of the queue's delays (controller.workqueue.WorkQueue):
+    whether a look at a key is already scheduled, so it can leave work for that pass."""
+
+    def due_in(self, key: str) -> float | None:
+        """Seconds until the key's delayed add fires (≤ 0: due now); None if none is."""
+        ...
+
+
+class KeyQueue(Delays, Protocol):
     """Where event handlers put keys (controller.workqueue.WorkQueue)."""
 
     def add(self, key: str) -> None: ...

@@ -143,8 +143,9 @@ def planned_children(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[di
     """Exactly the pod and service bodies the controller POSTs for a new job, from its
     own (pure) planner."""
     from reconcile.plan import PlanConfig, Snapshot, compute_plan
+    from reconcile.spec import read_job
 
-    snap = Snapshot(job=job, pods=[], services=[], now=datetime.now().astimezone())
+    snap = Snapshot(job=read_job(job), pods=[], services=[], now=datetime.now().astimezone())
     plan = compute_plan(snap, PlanConfig())
     return plan.create_pods, plan.create_services
 

@@ -6,10 +6,15 @@ kind and API version), lower the expectations the reconciler raised (reconcile.k
 put the job's key on the queue. Never I/O, never a mutation of the cached objects.
 
 Urgency: a change that can decide something (a pod ending, a deletion, a restart in
-place, any job change) enqueues the job at once. A pod that merely progresses (Pending to
+place, a change of the job's spec or metadata) enqueues the job at once. A child that
+merely appears (our own create, observed) or a pod that merely progresses (Pending to
 Running, readiness) enqueues it after ``PROGRESS_BATCH_SECONDS``: the queue keeps the
-earliest pending time, so the pods of one job that start together cost one pass and one
-status write, and anything decisive meanwhile still goes first.
+earliest pending time, so the pods of one job that are created and start together cost
+one pass, and anything decisive meanwhile still goes first. (A job's passes wait for all
+its creates to be observed anyway, so holding the creation events costs nothing.) A job
+update that changed only its status, usually our own write, is held the same way,
+unless it is the write a gated pass was waiting to see. The reconciler paces progress-only
+status writes against these same delays (reconcile.tfjob).
 """
 
 from __future__ import annotations
@@ -43,14 +48,29 @@ def is_progress_only(old: JSON, new: JSON) -> bool:
     )
 
 
+def is_status_only(old: JSON, new: JSON) -> bool:
+    """A job update that changed nothing but its status (and the bookkeeping that comes
+    with any write)."""
+
+    def rest(obj: JSON) -> JSON:
+        meta = {
+            k: v
+            for k, v in (obj.get("metadata") or {}).items()
+            if k not in ("resourceVersion", "managedFields")
+        }
+        return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+    return rest(old) == rest(new)
+
+
 def _child_handler(
-    exp_key: Callable[[str], str], expectations: Expectations, queue: KeyQueue, *, batch: bool
+    exp_key: Callable[[str], str], expectations: Expectations, queue: KeyQueue, *, pods: bool
 ) -> EventHandler:
     def on_add(obj: JSON) -> None:
         key = owner_job_key(obj)
         if key:
             expectations.creation_observed(exp_key(key))
-            queue.add(key)
+            queue.add_after(key, PROGRESS_BATCH_SECONDS)
 
     def on_update(old: JSON, new: JSON) -> None:
         key = owner_job_key(new)
@@ -60,7 +80,7 @@ def _child_handler(
             # A deletion in progress counts as observed once; the final delete, keyed by
             # UID, then finds nothing left to lower.
             expectations.deletion_observed(exp_key(key), new["metadata"]["uid"])
-        if batch and is_progress_only(old, new):
+        if pods and is_progress_only(old, new):
             queue.add_after(key, PROGRESS_BATCH_SECONDS)
         else:
             queue.add(key)
@@ -75,11 +95,11 @@ def _child_handler(
 
 
 def pod_handler(expectations: Expectations, queue: KeyQueue) -> EventHandler:
-    return _child_handler(pods_key, expectations, queue, batch=True)
+    return _child_handler(pods_key, expectations, queue, pods=True)
 
 
 def service_handler(expectations: Expectations, queue: KeyQueue) -> EventHandler:
-    return _child_handler(services_key, expectations, queue, batch=False)
+    return _child_handler(services_key, expectations, queue, pods=False)
 
 
 def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics) -> EventHandler:
@@ -91,8 +111,15 @@ def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics
 
     def on_update(old: JSON, new: JSON) -> None:
         key = object_key(new["metadata"].get("namespace"), new["metadata"]["name"])
+        awaited = not expectations.satisfied(key)
         expectations.observe_resource_version(key, new["metadata"].get("resourceVersion", ""))
-        queue.add(key)
+        if is_status_only(old, new) and not (awaited and expectations.satisfied(key)):
+            # Most likely our own status write: the pass that wrote it is done, and an
+            # immediate pass would only write the progress since, one write per pod.
+            queue.add_after(key, PROGRESS_BATCH_SECONDS)
+        else:
+            # A change of the job itself, or the write a gated pass was waiting to see.
+            queue.add(key)
 
     def on_delete(obj: JSON) -> None:
         queue.add(object_key(obj["metadata"].get("namespace"), obj["metadata"]["name"]))

@@ -38,6 +38,7 @@ from reconcile.status import (
     calculate_status,
     changed,
     invalid_status,
+    is_progress_only,
     suspended_status,
 )
 from reconcile.status_types import JobStatus, ReplicaStatus, stored_now
@@ -79,6 +80,8 @@ class Plan:
     create_services: list[JSON] = field(default_factory=list)
     delete_services: list[JSON] = field(default_factory=list)
     status: JSON | None = None  # the complete new .status if it differs, else None
+    #: the status change moves only replica counts and Running (it may wait for company)
+    progress_only: bool = False
     events: list[EventIntent] = field(default_factory=list)
     requeue_after: float | None = None  # earliest due timer
     delete_job: bool = False  # ttlSecondsAfterFinished expired
@@ -178,7 +181,9 @@ def _status_plan(old: JobStatus, new: JobStatus, *, failed_event_type: str = con
     events = cond.transition_events(
         old.conditions, new.conditions, failed_event_type=failed_event_type
     )
-    return Plan(status=changed(old, new), events=list(events))
+    status = changed(old, new)
+    progress_only = status is not None and not events and is_progress_only(old, new)
+    return Plan(status=status, progress_only=progress_only, events=list(events))
 
 
 def _cleanup_plan(done: Cleanup, *, skip_reason: str | None) -> Plan:
@@ -206,6 +211,7 @@ def _with_children(
         create_services=list(create_services),
         delete_services=list(delete_services),
         status=plan.status,
+        progress_only=plan.progress_only,
         events=plan.events,
         requeue_after=requeue_after,
     )

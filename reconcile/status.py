@@ -160,6 +160,21 @@ def with_created(
     )
 
 
+def is_progress_only(old: JobStatus, new: JobStatus) -> bool:
+    """True when an already-written status changes only in replica counts and the Running
+    condition: nothing a client waits on to make a decision."""
+    if not old.conditions:
+        return False  # the first write (Created) is never held
+
+    def decisive(status: JobStatus) -> list[JobCondition]:
+        return [c for c in status.conditions if c.type != cond.RUNNING]
+
+    rest = {"conditions", "replica_statuses"}
+    return decisive(old) == decisive(new) and old.model_dump(exclude=rest) == new.model_dump(
+        exclude=rest
+    )
+
+
 def changed(old: JobStatus, new: JobStatus) -> JSON | None:
     """The new status as the JSON to write, or None when writing it would change nothing."""
     new_json = new.to_json()

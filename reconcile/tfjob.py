@@ -27,6 +27,7 @@ from controller.types import (
     CONTROLLER_UID_INDEX,
     CacheReader,
     Clock,
+    Delays,
     EventSink,
     Expectations,
     ObjectWriter,
@@ -44,6 +45,10 @@ from reconcile.writes import ChildWrites, Outcome, delete_job, write_status
 #: How long to wait before looking again at a job whose writes are not yet observed.
 #: The observing informer event re-enqueues the key sooner; this is the safety net.
 UNSATISFIED_RECHECK_SECONDS = 5.0
+
+#: The least time between two progress-only status writes of one job (replica counts and
+#: Running only): the pods of a job that start within it share one write.
+PROGRESS_PACE_SECONDS = 0.1
 
 
 @dataclass
@@ -70,6 +75,7 @@ class TFJobReconciler:
         events: EventSink,
         clock: Clock,
         spawner: Spawner,
+        delays: Delays,
         config: PlanConfig | None = None,
         metrics: JobMetrics | None = None,
         max_concurrent_writes: int = 64,
@@ -81,6 +87,7 @@ class TFJobReconciler:
         self.clock = clock
         self.config = config or PlanConfig()
         self.metrics = metrics
+        self.delays = delays
         #: the job parsed, validated and defaulted once per spec (reconcile.spec)
         self.specs = SpecCache()
         self._children = ChildWrites(
@@ -126,10 +133,21 @@ class TFJobReconciler:
             if deleted and self.metrics is not None:
                 self.metrics.transition(raw, cond.REASON_DELETED_JOB)
             return _done("ttl-deleted")
-        # 7. Write status once, only if it changed.
+        # 7. Write status once, only if it changed. Progress alone is paced through the
+        #    queue: after such a write the job is looked at again in PROGRESS_PACE_SECONDS,
+        #    and while that look is pending, progress waits for it.
+        requeue_after = plan.requeue_after
         if plan.status is not None:
-            await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
-            outcome.status_written = True
+            due = self.delays.due_in(key) if plan.progress_only else None
+            # (the slack absorbs float rounding of a delay set to exactly the pace)
+            if due is not None and 0 < due <= PROGRESS_PACE_SECONDS + 1e-6:
+                structlog.contextvars.bind_contextvars(status_paced=round(due, 3))
+                requeue_after = _earliest(requeue_after, due)
+            else:
+                await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+                outcome.status_written = True
+                if plan.progress_only:
+                    requeue_after = _earliest(requeue_after, PROGRESS_PACE_SECONDS)
         # 8. Events of this pass's transitions, only once the status that records them
         #    is stored (a failed write retries the pass, which would repeat them).
         self._announce(view, plan)
@@ -142,13 +160,17 @@ class TFJobReconciler:
         if outcome.errors:
             # The first write error decides the retry; the rest were logged.
             raise outcome.errors[0]
-        return Result(requeue_after=plan.requeue_after)
+        return Result(requeue_after=requeue_after)
 
     def _announce(self, view: JobView, plan: Plan) -> None:
         for ev in plan.events:
             self.events.event(view.raw, ev.type, ev.reason, ev.message)
             if self.metrics is not None:
                 self.metrics.transition(view.raw, ev.reason)
+
+
+def _earliest(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
 
 
 def _done(outcome: str, requeue_after: float | None = None) -> Result:

@@ -91,6 +91,7 @@ class ReconcilerWorld:
             events=self.events,
             clock=self.clock,
             spawner=self.background,
+            delays=self.queue,
         )
 
     def _observe(self, obj: JSON) -> None:

@@ -172,6 +172,7 @@ async def run(args: argparse.Namespace) -> int:
             events=recorder,
             clock=clock,
             spawner=background,
+            delays=queue,
             config=PlanConfig(
                 cluster_domain=args.cluster_domain,
                 backoff_base_seconds=args.restart_backoff_base,

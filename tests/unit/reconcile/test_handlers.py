@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from controller.clock import FakeClock
 from controller.expectations import ControllerExpectations
@@ -91,18 +92,18 @@ def test_pod_events_lower_expectations_and_enqueue() -> None:
     assert handler.on_add and handler.on_update and handler.on_delete
     exp.expect_creations(pods_key(KEY), 1)
     handler.on_add(POD)
-    assert exp.satisfied(pods_key(KEY)) and queue.now == [KEY]
+    assert exp.satisfied(pods_key(KEY)) and queue.later == [(KEY, PROGRESS_BATCH_SECONDS)]
 
     running = make_pod(JOB, "Worker", 0).running().obj()
     handler.on_update(POD, running)
-    assert queue.later == [(KEY, PROGRESS_BATCH_SECONDS)] and queue.now == [KEY]
+    assert queue.later == 2 * [(KEY, PROGRESS_BATCH_SECONDS)] and queue.now == []
 
     exp.expect_deletions(pods_key(KEY), [running["metadata"]["uid"]])
     terminating = make_pod(JOB, "Worker", 0).running().terminating().obj()
     handler.on_update(running, terminating)
-    assert exp.satisfied(pods_key(KEY)) and queue.now == [KEY, KEY]
+    assert exp.satisfied(pods_key(KEY)) and queue.now == [KEY]
     handler.on_delete(terminating)  # the same UID: nothing left to lower, still enqueued
-    assert queue.now == [KEY, KEY, KEY]
+    assert queue.now == [KEY, KEY]
 
 
 def test_foreign_pods_are_ignored() -> None:
@@ -113,7 +114,7 @@ def test_foreign_pods_are_ignored() -> None:
     assert queue.now == [] and queue.later == []
 
 
-def test_service_updates_are_never_batched() -> None:
+def test_service_updates_are_never_held() -> None:
     exp, queue = world()
     handler = service_handler(exp, queue)
     assert handler.on_add and handler.on_update
@@ -121,12 +122,13 @@ def test_service_updates_are_never_batched() -> None:
     exp.expect_creations(services_key(KEY), 1)
     handler.on_add(svc)
     handler.on_update(svc, svc)
-    assert exp.satisfied(services_key(KEY)) and queue.now == [KEY, KEY] and queue.later == []
+    assert exp.satisfied(services_key(KEY))
+    assert queue.later == [(KEY, PROGRESS_BATCH_SECONDS)] and queue.now == [KEY]
 
 
 def test_job_events_record_what_the_cache_has_seen() -> None:
     exp, queue = world()
-    metrics = JobMetrics()
+    metrics = JobMetrics(CollectorRegistry())
     handler = job_handler(exp, queue, metrics)
     assert handler.on_add and handler.on_update and handler.on_delete
     exp.expect_resource_version(KEY, "7")
@@ -140,3 +142,19 @@ def test_job_events_record_what_the_cache_has_seen() -> None:
     assert queue.now == [KEY, KEY, KEY]
     created = metrics.created.labels("ns", "tensorflow")._value.get()
     assert created == 1  # a job without status is new
+
+
+def test_a_status_only_job_update_is_held_unless_a_pass_awaits_it() -> None:
+    exp, queue = world()
+    handler = job_handler(exp, queue, JobMetrics(CollectorRegistry()))
+    assert handler.on_update
+    written = {**JOB, "metadata": {**JOB["metadata"], "resourceVersion": "8"}, "status": {}}
+    handler.on_update(JOB, written)  # our own status write, nobody waiting on it
+    assert queue.now == [] and queue.later == [(KEY, PROGRESS_BATCH_SECONDS)]
+    exp.expect_resource_version(KEY, "9")  # a pass wrote it and the next one is gated
+    awaited = {**written, "metadata": {**written["metadata"], "resourceVersion": "9"}}
+    handler.on_update(written, awaited)
+    assert queue.now == [KEY]
+    relabelled = {**awaited, "metadata": {**awaited["metadata"], "labels": {"a": "b"}}}
+    handler.on_update(awaited, relabelled)  # the job itself changed
+    assert queue.now == [KEY, KEY]
