@@ -6,7 +6,8 @@
     it changed → emit events → requeue when a timer is due.
 
 Everything that decides lives in reconcile.plan and the rooms it calls; this module only
-sequences reads and writes (the writes themselves are reconcile.writes).
+sequences reads and writes (the writes themselves are reconcile.writes), and paces
+progress-only status writes through the queue's delays (``_write_status``).
 
 Creates do not hold a worker: a pass raises the creation expectations and hands its
 creates to the ``Spawner`` (the machinery's background work), then goes on to the status
@@ -133,21 +134,8 @@ class TFJobReconciler:
             if deleted and self.metrics is not None:
                 self.metrics.transition(raw, cond.REASON_DELETED_JOB)
             return _done("ttl-deleted")
-        # 7. Write status once, only if it changed. Progress alone is paced through the
-        #    queue: after such a write the job is looked at again in PROGRESS_PACE_SECONDS,
-        #    and while that look is pending, progress waits for it.
-        requeue_after = plan.requeue_after
-        if plan.status is not None:
-            due = self.delays.due_in(key) if plan.progress_only else None
-            # (the slack absorbs float rounding of a delay set to exactly the pace)
-            if due is not None and 0 < due <= PROGRESS_PACE_SECONDS + 1e-6:
-                structlog.contextvars.bind_contextvars(status_paced=round(due, 3))
-                requeue_after = _earliest(requeue_after, due)
-            else:
-                await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
-                outcome.status_written = True
-                if plan.progress_only:
-                    requeue_after = _earliest(requeue_after, PROGRESS_PACE_SECONDS)
+        # 7. Write status once, only if it changed (progress alone is paced).
+        requeue_after = await self._write_status(key, view, plan, outcome)
         # 8. Events of this pass's transitions, only once the status that records them
         #    is stored (a failed write retries the pass, which would repeat them).
         self._announce(view, plan)
@@ -161,6 +149,29 @@ class TFJobReconciler:
             # The first write error decides the retry; the rest were logged.
             raise outcome.errors[0]
         return Result(requeue_after=requeue_after)
+
+    async def _write_status(
+        self, key: str, view: JobView, plan: Plan, outcome: Outcome
+    ) -> float | None:
+        """Write the plan's status; return when to look at the job again.
+
+        Progress alone (replica counts, Running) is paced through the queue: after such a
+        write the job is looked at again in PROGRESS_PACE_SECONDS, and while that look is
+        pending, further progress waits for it, so the pods of a job that start together
+        share one write. Anything else is written at once."""
+        requeue_after = plan.requeue_after
+        if plan.status is None:
+            return requeue_after
+        due = self.delays.due_in(key) if plan.progress_only else None
+        # (the slack absorbs float rounding of a delay set to exactly the pace)
+        if due is not None and 0 < due <= PROGRESS_PACE_SECONDS + 1e-6:
+            structlog.contextvars.bind_contextvars(status_paced=round(due, 3))
+            return _earliest(requeue_after, due)
+        await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        outcome.status_written = True
+        if plan.progress_only:
+            return _earliest(requeue_after, PROGRESS_PACE_SECONDS)
+        return requeue_after
 
     def _announce(self, view: JobView, plan: Plan) -> None:
         for ev in plan.events:
