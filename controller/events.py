@@ -1,6 +1,7 @@
 """EventRecorder: core/v1 Events about objects, without ever slowing a reconcile.
 
-Contract (implements controller.types.EventSink):
+Contract (implements controller.types.EventSink; writes through a
+controller.types.EventWriter, e.g. ``ResourceClient(api, EVENTS)``):
 - ``event(obj, type_, reason, message)`` is synchronous, never blocks and never
   raises. It only records the event in a bounded in-memory buffer; ``run()`` (a
   Manager service) writes them out in the background.
@@ -21,35 +22,19 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
 from controller import errors
-from controller.api import KubeApi
 from controller.clock import SystemClock
-from controller.kube import EVENTS, ResourceClient
-from controller.types import JSON, Clock
+from controller.types import JSON, Clock, EventWriter
 
 log = structlog.get_logger("controller.events")
 
 MAX_MESSAGE = 1024
-
-
-class EventWriter(Protocol):
-    async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
-
-    async def patch(
-        self,
-        namespace: str,
-        name: str,
-        body: Mapping[str, Any],
-        *,
-        content_type: str = "application/merge-patch+json",
-        subresource: str | None = None,
-    ) -> JSON: ...
 
 
 EventKey = tuple[str, str, str, str]
@@ -75,7 +60,7 @@ class _Written:
 class EventRecorder:
     def __init__(
         self,
-        api: KubeApi | EventWriter,
+        writer: EventWriter,
         component: str,
         *,
         clock: Clock | None = None,
@@ -83,7 +68,7 @@ class EventRecorder:
         buffer_size: int = 1000,
         cache_size: int = 4096,
     ) -> None:
-        self._writer: EventWriter = ResourceClient(api, EVENTS) if isinstance(api, KubeApi) else api
+        self._writer = writer
         self.component = component
         self.host = host if host is not None else socket.gethostname()
         self._clock = clock or SystemClock()

@@ -36,15 +36,17 @@ stored with the cyclic garbage collector paused (``controller.api.gc_paused``), 
 building a cache of N objects costs O(N) rather than O(N) times the rescans of the
 growing heap that allocation-triggered collections would do.
 
-The list/watch source is a protocol, so tests drive the informer with a scripted one.
+The list/watch source is a protocol (``controller.types.ListWatch``), so tests drive
+the informer with a scripted one. The pages come from ``controller.kube.list_pages``, the
+pagination loop ``ResourceClient.list`` uses too.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from contextlib import aclosing
+from typing import Any
 
 import anyio
 import structlog
@@ -53,40 +55,14 @@ from anyio.abc import TaskStatus
 from controller import errors
 from controller.api import gc_paused
 from controller.clock import SystemClock
-from controller.kube import ListPage
+from controller.kube import list_pages
 from controller.store import IndexFunc, Store, key_of, resource_version_of
-from controller.types import JSON, Clock, EventHandler, object_key
+from controller.types import JSON, Clock, ListWatch, object_key
+from controller.types import EventHandler as EventHandler  # re-exported for handlers
 
 log = structlog.get_logger("controller.informer")
 
 Transform = Callable[[JSON], JSON]
-
-
-class ListWatch(Protocol):
-    """What an informer needs from the API (``controller.kube.ResourceClient``)."""
-
-    async def list_page(
-        self,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int = 500,
-        continue_token: str | None = None,
-        resource_version: str | None = None,
-    ) -> ListPage: ...
-
-    def watch(
-        self,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        timeout_seconds: int | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        allow_bookmarks: bool = True,
-        read_timeout: float | None = None,
-    ) -> AbstractAsyncContextManager[AsyncIterator[JSON]]: ...
 
 
 def strip_managed_fields(obj: JSON) -> JSON:
@@ -143,6 +119,10 @@ class Backoff:
 
 class _WatchClosedTooSoon(Exception):
     pass
+
+
+class _ContinueExpired(Exception):
+    """A later page of a list answered 410: its continue token expired."""
 
 
 class Informer:
@@ -244,33 +224,35 @@ class Informer:
 
     async def _list_all(self) -> tuple[dict[str, JSON], str]:
         """Every object, keyed, transformed; and the list's resourceVersion."""
+        try:
+            return await self._list_pages(self._page_size)
+        except _ContinueExpired:
+            # the snapshot behind the continue token was compacted away: a fresh
+            # unpaginated list is the only way to a consistent view
+            self._log.info("list continue token expired, listing without pages")
+            return await self._list_pages(0)
+
+    async def _list_pages(self, limit: int) -> tuple[dict[str, JSON], str]:
+        """One list, page by page; the RV is the first page's. A 410 on the first page
+        propagates; one on a later page (its continue token expired) raises
+        _ContinueExpired."""
         fresh: dict[str, JSON] = {}
-        rv = ""
-        token: str | None = None
-        limit = self._page_size
-        while True:
+        rv: str | None = None
+        pages = list_pages(
+            self._source, self._namespace, self._label_selector, self._field_selector, limit
+        )
+        async with aclosing(pages):
             try:
-                page = await self._source.list_page(
-                    self._namespace,
-                    label_selector=self._label_selector,
-                    field_selector=self._field_selector,
-                    limit=limit,
-                    continue_token=token,
-                )
-            except errors.Gone:
-                if token is None:
+                async for page in pages:
+                    if rv is None:
+                        rv = page.resource_version
+                    self._absorb_page(page.items, fresh)
+                    del page  # the page's raw objects go now, not after the next request
+            except errors.Gone as exc:
+                if rv is None:
                     raise
-                # the snapshot behind the continue token was compacted away: a fresh
-                # unpaginated list is the only way to a consistent view
-                self._log.info("list continue token expired, listing without pages")
-                fresh, rv, token, limit = {}, "", None, 0
-                continue
-            rv = rv or page.resource_version
-            token = page.continue_token
-            self._absorb_page(page.items, fresh)
-            del page  # the page's raw objects go now, not after the next request
-            if not token:
-                return fresh, rv
+                raise _ContinueExpired from exc
+        return fresh, rv or ""
 
     def _absorb_page(self, raw: list[JSON], fresh: dict[str, JSON]) -> None:
         """Key and transform one page into ``fresh``. An object the store already holds

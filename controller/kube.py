@@ -1,11 +1,13 @@
 """Typed access to one resource type (group/version/plural) over ``KubeApi``.
 
 Contract:
-- ``ResourceClient`` implements ``controller.types.ObjectWriter`` (create, delete with
-  UID/resourceVersion preconditions and propagationPolicy, replace_status, patch) and
+- ``ResourceClient`` implements the protocols of ``controller.types``: ``ObjectWriter``
+  (create, delete with UID/resourceVersion preconditions and propagationPolicy,
+  replace_status, patch), ``EventWriter``, ``LeaseClient`` (get, create, replace) and
   the informer's ``ListWatch`` source (``list_page`` and ``watch``).
 - ``get`` returns None for 404; every other failure raises a ``controller.errors`` type.
-- Objects are plain dicts decoded from JSON. ``list`` pages with ``limit``/``continue``.
+- Objects are plain dicts decoded from JSON. ``list_pages`` is the one pagination loop
+  (``limit``/``continue``): ``ResourceClient.list`` and the informer both use it.
 - ``watch`` yields raw watch events ``{"type", "object"}``; an ``ERROR`` event is raised
   as the ApiError its Status carries (410 → ``errors.Gone``), so consumers only ever
   see ADDED/MODIFIED/DELETED/BOOKMARK.
@@ -14,8 +16,8 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -23,14 +25,7 @@ from urllib.parse import quote
 from controller import errors
 from controller.api import KubeApi
 from controller.ratelimit import PRIORITY_HIGH
-from controller.types import JSON
-
-
-@dataclass(frozen=True, slots=True)
-class ListPage:
-    items: list[JSON]
-    resource_version: str
-    continue_token: str | None
+from controller.types import JSON, ListPage, PageLister
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,21 +124,13 @@ class ResourceClient:
         """A consistent list, all pages. The RV is the first page's: every later page
         is served from that same snapshot."""
         items: list[JSON] = []
-        token: str | None = None
         rv = ""
-        while True:
-            page = await self.list_page(
-                namespace,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                limit=limit,
-                continue_token=token,
-            )
-            items.extend(page.items)
-            rv = rv or page.resource_version
-            token = page.continue_token
-            if not token:
-                return ListResult(items, rv)
+        pages = list_pages(self, namespace, label_selector, field_selector, limit)
+        async with aclosing(pages):
+            async for page in pages:
+                items.extend(page.items)
+                rv = rv or page.resource_version
+        return ListResult(items, rv)
 
     @asynccontextmanager
     async def watch(
@@ -221,6 +208,34 @@ class ResourceClient:
         # Normal priority, deliberately: a TTL deletion must not overtake the events
         # recorded about the job before it (they are written at normal priority).
         await self.api.request("DELETE", self.path(namespace, name), body=options)
+
+
+async def list_pages(
+    source: PageLister,
+    namespace: str | None,
+    label_selector: str | None,
+    field_selector: str | None,
+    limit: int,
+) -> AsyncGenerator[ListPage, None]:
+    """The pages of one list, following continue tokens; ``limit=0`` asks for all at once.
+    The next page is requested only when the consumer asks for it, and this generator
+    drops its own reference to a page before that request, so a consumer that lets go of
+    each page holds one page's objects at a time. Errors (a 410 for an expired continue
+    token among them) propagate to the consumer; run it under ``contextlib.aclosing``."""
+    token: str | None = None
+    while True:
+        page = await source.list_page(
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_token=token,
+        )
+        token = page.continue_token
+        yield page
+        del page
+        if not token:
+            return
 
 
 async def _checked_events(lines: AsyncIterator[JSON]) -> AsyncIterator[JSON]:

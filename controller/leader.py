@@ -18,6 +18,9 @@ Contract (client-go leaderelection, with its safety model: this is NOT fencing):
   with leaseDurationSeconds=1 so a follower does not wait out the full lease.
 - Each API call is bounded by a timeout shorter than the renew deadline, so a hung
   request cannot silently overrun it.
+- The Lease is read and written through a controller.types.LeaseClient, e.g.
+  ``ResourceClient(api, LEASES)``. ``on_change(leading)`` is called on every change of
+  ``leading`` (the composition root points it at leader_election_master_status).
 """
 
 from __future__ import annotations
@@ -25,31 +28,19 @@ from __future__ import annotations
 import random
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 import structlog
 
 from controller import errors
-from controller.api import KubeApi
 from controller.clock import SystemClock
-from controller.kube import LEASES, ResourceClient
-from controller.types import JSON, Clock
+from controller.types import JSON, Clock, LeaseClient
 
 log = structlog.get_logger("controller.leader")
 
 T = TypeVar("T")
-
-
-class LeaseClient(Protocol):
-    """The slice of controller.kube.ResourceClient the elector uses."""
-
-    async def get(self, namespace: str | None, name: str) -> JSON | None: ...
-
-    async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
-
-    async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON: ...
 
 
 def default_identity() -> str:
@@ -59,7 +50,7 @@ def default_identity() -> str:
 class LeaseElector:
     def __init__(
         self,
-        api: KubeApi | LeaseClient,
+        leases: LeaseClient,
         *,
         namespace: str,
         name: str,
@@ -74,7 +65,7 @@ class LeaseElector:
     ) -> None:
         if not lease_duration > renew_deadline > retry_period * (1 + jitter):
             raise ValueError("need lease_duration > renew_deadline > retry_period*(1+jitter)")
-        self._leases: LeaseClient = ResourceClient(api, LEASES) if isinstance(api, KubeApi) else api
+        self._leases = leases
         self.namespace = namespace
         self.name = name
         self.identity = identity or default_identity()

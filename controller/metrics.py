@@ -13,7 +13,8 @@
   controller_runtime_terminal_reconcile_errors_total,
   controller_runtime_reconcile_time_seconds, controller_runtime_active_workers,
   controller_runtime_max_concurrent_reconciles.
-- leader_election_master_status{name}: 1 while this process holds the lease.
+- leader_election_master_status{name}: 1 while this process holds the lease named
+  ``name``, else 0; ``leader_status(name)`` is the setter for LeaseElector's on_change.
 
 Every label set is created at registration (zero-initialised) so rate() works from the
 first scrape. Metrics live in a ``Metrics`` object with its own registry, so tests and
@@ -22,7 +23,7 @@ several managers in one process never collide.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -190,3 +191,14 @@ class Metrics:
 
     def reconciles(self, controller: str, workers: int) -> ReconcileMetrics:
         return ReconcileMetrics(self, controller, workers)
+
+    def leader_status(self, name: str) -> Callable[[bool], None]:
+        """Sets leader_election_master_status{name} to 1 while leading, 0 otherwise: pass
+        it as LeaseElector's ``on_change``. The gauge starts at 0 (not leading)."""
+        gauge = self.leader.labels(name)
+        gauge.set(0)
+
+        def set_leading(leading: bool) -> None:
+            gauge.set(1 if leading else 0)
+
+        return set_leading

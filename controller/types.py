@@ -4,11 +4,16 @@ reconcile/ may import this module and controller.errors, nothing else from contr
 Everything here is a protocol or a small value type: the reconciler sees a read-only
 snapshot of the cache, a thin write layer, expectations and an event sink, and never
 a watch, a queue or a lease.
+
+It also holds the protocols the machinery's own parts take from each other (an
+informer's list/watch source, the event and lease writers), each stated once, in terms
+of what the consumer calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -72,22 +77,29 @@ class CacheReader(Protocol):
     def by_index(self, index: str, value: str) -> list[JSON]: ...
 
 
-class ObjectWriter(Protocol):
-    """The thin write layer for one resource type. Errors are controller.errors types."""
+# The write layer is small protocols, each one verb of controller.kube.ResourceClient,
+# composed into what each consumer needs (ObjectWriter, EventWriter, LeaseClient). Each
+# states only the parameters its consumers pass; the client has more (see kube.py).
 
+
+class ObjectCreator(Protocol):
     async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
 
+
+class ObjectPatcher(Protocol):
+    async def patch(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+        """A JSON merge patch of the object."""
+        ...
+
+
+class ObjectWriter(ObjectCreator, ObjectPatcher, Protocol):
+    """The thin write layer for one resource type. Errors are controller.errors types."""
+
     async def delete(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None = None,
-        resource_version: str | None = None,
-        propagation: str | None = None,
+        self, namespace: str, name: str, *, uid: str | None = None, propagation: str | None = None
     ) -> None:
-        """Delete with optional UID/resourceVersion preconditions (so a same-named
-        successor object is never deleted by mistake)."""
+        """Delete with an optional UID precondition (so a same-named successor object is
+        never deleted by mistake) and propagationPolicy."""
         ...
 
     async def replace_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
@@ -95,15 +107,20 @@ class ObjectWriter(Protocol):
         stale write fails with Conflict (optimistic concurrency)."""
         ...
 
-    async def patch(
-        self,
-        namespace: str,
-        name: str,
-        body: Mapping[str, Any],
-        *,
-        content_type: str = "application/merge-patch+json",
-        subresource: str | None = None,
-    ) -> JSON: ...
+
+class EventWriter(ObjectCreator, ObjectPatcher, Protocol):
+    """Where controller.events.EventRecorder writes core/v1 Events: creates them, and
+    patches the count of one it wrote before."""
+
+
+class LeaseClient(ObjectCreator, Protocol):
+    """What controller.leader.LeaseElector reads and writes its Lease with. ``get``
+    returns None for a missing object; ``replace`` is a PUT whose body carries
+    metadata.resourceVersion (a stale write fails with Conflict)."""
+
+    async def get(self, namespace: str, name: str) -> JSON | None: ...
+
+    async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON: ...
 
 
 class Expectations(Protocol):
@@ -156,6 +173,48 @@ class EventHandler:
     on_delete: Callable[[JSON], None] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a list: its items, the list's resourceVersion, and the token for the
+    next page (None on the last)."""
+
+    items: list[JSON]
+    resource_version: str
+    continue_token: str | None
+
+
+class PageLister(Protocol):
+    async def list_page(
+        self,
+        namespace: str | None,
+        *,
+        label_selector: str | None,
+        field_selector: str | None,
+        limit: int,
+        continue_token: str | None,
+    ) -> ListPage:
+        """One page of a list: at most ``limit`` items (0: all), after ``continue_token``
+        (None: the first page, a consistent read)."""
+        ...
+
+
+class ListWatch(PageLister, Protocol):
+    """What a controller.informer.Informer lists and watches (a ResourceClient). The
+    watch yields raw events ``{"type", "object"}``; a 410 raises errors.Gone."""
+
+    def watch(
+        self,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        label_selector: str | None,
+        field_selector: str | None,
+        allow_bookmarks: bool,
+        read_timeout: float | None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[JSON]]: ...
+
+
 class Spawner(Protocol):
     """Runs work a reconcile pass hands off, so the pass need not hold a worker while it
     waits (implemented by controller.background.Background).
@@ -169,16 +228,23 @@ class Spawner(Protocol):
     def spawn(self, key: str, work: Callable[[], Awaitable[None]]) -> None: ...
 
 
-class Delays(Protocol):
-    """What a reconciler may ask of the queue's delays (controller.workqueue.WorkQueue):
-    whether a look at a key is already scheduled, so it can leave work for that pass."""
+class Pacer(Protocol):
+    """At most one paced action per key per interval (controller.pacer.Pacer): a
+    reconciler asks before an action worth batching and, told to wait, returns the wait
+    as its ``requeue_after``."""
 
-    def due_in(self, key: str) -> float | None:
-        """Seconds until the key's delayed add fires (≤ 0: due now); None if none is."""
+    def delay(self, key: str) -> float:
+        """Seconds until the key may act again (0: now)."""
         ...
 
+    def mark(self, key: str) -> None:
+        """The key acted now."""
+        ...
 
-class KeyQueue(Delays, Protocol):
+    def forget(self, key: str) -> None: ...
+
+
+class KeyQueue(Protocol):
     """Where event handlers put keys (controller.workqueue.WorkQueue)."""
 
     def add(self, key: str) -> None: ...

@@ -206,11 +206,6 @@ class WorkQueue(Generic[T]):
         if self._waiting[0][2] == item and self._timer_wakeup is not None:
             self._timer_wakeup.set()
 
-    def due_in(self, item: T) -> float | None:
-        """Seconds until the item's parked add fires (≤ 0: due now), None if not parked."""
-        ready_at = self._ready_at.get(item)
-        return None if ready_at is None else ready_at - self._clock.monotonic()
-
     def add_rate_limited(self, item: T) -> None:
         self.add_after(item, self._limiter.when(item))
 

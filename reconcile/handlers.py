@@ -5,16 +5,11 @@ only things a handler may do: resolve the owning job (a controller ownerReferenc
 kind and API version), lower the expectations the reconciler raised (reconcile.keys), and
 put the job's key on the queue. Never I/O, never a mutation of the cached objects.
 
-Urgency: a change that can decide something (a pod ending, a deletion, a restart in
-place, a change of the job's spec or metadata) enqueues the job at once. A child that
-merely appears (our own create, observed) or a pod that merely progresses (Pending to
-Running, readiness) enqueues it after ``PROGRESS_BATCH_SECONDS``: the queue keeps the
-earliest pending time, so the pods of one job that are created and start together cost
-one pass, and anything decisive meanwhile still goes first. (A job's passes wait for all
-its creates to be observed anyway, so holding the creation events costs nothing.) A job
-update that changed only its status, usually our own write, is held the same way,
-unless it is the write a gated pass was waiting to see. The reconciler paces progress-only
-status writes against these same delays (reconcile.tfjob).
+Urgency (reconcile.pacing): a change that can decide something (a pod ending, a
+deletion, a restart in place, a change of the job's spec or metadata) enqueues the job at
+once; a child appearing or a pod progressing enqueues it ``PROGRESS_BATCH_SECONDS``
+later, and a job update that changed only its status (usually our own write) one
+``STATUS_PACE_SECONDS`` later, unless it is the write a gated pass was waiting to see.
 """
 
 from __future__ import annotations
@@ -25,10 +20,8 @@ from controller.types import JSON, EventHandler, Expectations, KeyQueue, control
 from reconcile.keys import pods_key, services_key
 from reconcile.metrics import JobMetrics
 from reconcile.names import API_VERSION, KIND
+from reconcile.pacing import PROGRESS_BATCH_SECONDS, STATUS_PACE_SECONDS
 from reconcile.pods import LIVE_PHASES, is_terminating, phase_of, restart_count
-
-#: How long a progress-only pod change may wait for others of the same job.
-PROGRESS_BATCH_SECONDS = 0.1
 
 
 def owner_job_key(obj: JSON) -> str | None:
@@ -116,7 +109,7 @@ def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics
         if is_status_only(old, new) and not (awaited and expectations.satisfied(key)):
             # Most likely our own status write: the pass that wrote it is done, and an
             # immediate pass would only write the progress since, one write per pod.
-            queue.add_after(key, PROGRESS_BATCH_SECONDS)
+            queue.add_after(key, STATUS_PACE_SECONDS)
         else:
             # A change of the job itself, or the write a gated pass was waiting to see.
             queue.add(key)

@@ -7,7 +7,7 @@
 
 Everything that decides lives in reconcile.plan and the rooms it calls; this module only
 sequences reads and writes (the writes themselves are reconcile.writes), and paces
-progress-only status writes through the queue's delays (``_write_status``).
+progress-only status writes (``_write_status``, reconcile.pacing).
 
 Creates do not hold a worker: a pass raises the creation expectations and hands its
 creates to the ``Spawner`` (the machinery's background work), then goes on to the status
@@ -28,10 +28,10 @@ from controller.types import (
     CONTROLLER_UID_INDEX,
     CacheReader,
     Clock,
-    Delays,
     EventSink,
     Expectations,
     ObjectWriter,
+    Pacer,
     Result,
     Spawner,
     split_key,
@@ -46,10 +46,6 @@ from reconcile.writes import ChildWrites, Outcome, delete_job, write_status
 #: How long to wait before looking again at a job whose writes are not yet observed.
 #: The observing informer event re-enqueues the key sooner; this is the safety net.
 UNSATISFIED_RECHECK_SECONDS = 5.0
-
-#: The least time between two progress-only status writes of one job (replica counts and
-#: Running only): the pods of a job that start within it share one write.
-PROGRESS_PACE_SECONDS = 0.1
 
 
 @dataclass
@@ -76,7 +72,7 @@ class TFJobReconciler:
         events: EventSink,
         clock: Clock,
         spawner: Spawner,
-        delays: Delays,
+        pacer: Pacer,
         config: PlanConfig | None = None,
         metrics: JobMetrics | None = None,
         max_concurrent_writes: int = 64,
@@ -88,7 +84,8 @@ class TFJobReconciler:
         self.clock = clock
         self.config = config or PlanConfig()
         self.metrics = metrics
-        self.delays = delays
+        #: paces progress-only status writes (reconcile.pacing.STATUS_PACE_SECONDS)
+        self.pacer = pacer
         #: the job parsed, validated and defaulted once per spec (reconcile.spec)
         self.specs = SpecCache()
         self._children = ChildWrites(
@@ -108,6 +105,7 @@ class TFJobReconciler:
             for k in expectation_keys(key):
                 self.expectations.delete(k)
             self.specs.forget(key)
+            self.pacer.forget(key)
             return _done("gone")
         # 2. A job being deleted is left to the garbage collector.
         if (raw.get("metadata") or {}).get("deletionTimestamp"):
@@ -155,22 +153,21 @@ class TFJobReconciler:
     ) -> float | None:
         """Write the plan's status; return when to look at the job again.
 
-        Progress alone (replica counts, Running) is paced through the queue: after such a
-        write the job is looked at again in PROGRESS_PACE_SECONDS, and while that look is
-        pending, further progress waits for it, so the pods of a job that start together
-        share one write. Anything else is written at once."""
+        Progress alone (replica counts, Running) is paced: a job writes it at most once
+        per STATUS_PACE_SECONDS after any status write, and progress seen sooner waits,
+        the wait being this pass's requeue_after, so the pods of a job that start
+        together share one write (or the decisive write that follows them). Anything
+        else is written at once."""
         requeue_after = plan.requeue_after
         if plan.status is None:
             return requeue_after
-        due = self.delays.due_in(key) if plan.progress_only else None
-        # (the slack absorbs float rounding of a delay set to exactly the pace)
-        if due is not None and 0 < due <= PROGRESS_PACE_SECONDS + 1e-6:
-            structlog.contextvars.bind_contextvars(status_paced=round(due, 3))
-            return _earliest(requeue_after, due)
+        wait = self.pacer.delay(key) if plan.progress_only else 0.0
+        if wait > 0:
+            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
+            return wait if requeue_after is None else min(requeue_after, wait)
         await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        self.pacer.mark(key)
         outcome.status_written = True
-        if plan.progress_only:
-            return _earliest(requeue_after, PROGRESS_PACE_SECONDS)
         return requeue_after
 
     def _announce(self, view: JobView, plan: Plan) -> None:
@@ -178,10 +175,6 @@ class TFJobReconciler:
             self.events.event(view.raw, ev.type, ev.reason, ev.message)
             if self.metrics is not None:
                 self.metrics.transition(view.raw, ev.reason)
-
-
-def _earliest(a: float | None, b: float) -> float:
-    return b if a is None else min(a, b)
 
 
 def _done(outcome: str, requeue_after: float | None = None) -> Result:

@@ -12,10 +12,12 @@ from controller import errors
 from controller.background import Background
 from controller.clock import FakeClock
 from controller.expectations import ControllerExpectations
+from controller.pacer import Pacer
 from controller.store import Store, key_of
 from controller.types import JSON, split_key
 from controller.workqueue import WorkQueue
 from reconcile.handlers import pod_handler, service_handler
+from reconcile.pacing import STATUS_PACE_SECONDS
 from reconcile.tfjob import Caches, TFJobReconciler, Writers
 
 
@@ -91,7 +93,7 @@ class ReconcilerWorld:
             events=self.events,
             clock=self.clock,
             spawner=self.background,
-            delays=self.queue,
+            pacer=Pacer(self.clock, STATUS_PACE_SECONDS),
         )
 
     def _observe(self, obj: JSON) -> None:

@@ -37,10 +37,11 @@ from controller.informer import (
     chain_transforms,
     strip_managed_fields,
 )
-from controller.kube import PODS, SERVICES, Resource, ResourceClient
+from controller.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient
 from controller.leader import LeaseElector
 from controller.logging import add_logging_flags, configure_logging
 from controller.metrics import Metrics
+from controller.pacer import Pacer
 from controller.runtime import Controller, Manager
 from controller.server import add_server_flags, serve_probes
 from controller.store import IndexFunc, index_by_controller_uid
@@ -50,6 +51,7 @@ from reconcile.handlers import job_handler, pod_handler, service_handler
 from reconcile.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.metrics import JobMetrics
 from reconcile.names import GROUP, KIND, PLURAL, VERSION
+from reconcile.pacing import STATUS_PACE_SECONDS
 from reconcile.plan import PlanConfig
 from reconcile.slim import slim_pod, slim_service
 from reconcile.tfjob import Caches, TFJobReconciler, Writers
@@ -162,7 +164,9 @@ async def run(args: argparse.Namespace) -> int:
             CONTROLLER_NAME, clock=clock, metrics=metrics.queue(CONTROLLER_NAME, clock)
         )
         background = Background(queue)
-        recorder = EventRecorder(api, component=CONTROLLER_NAME, clock=clock)
+        recorder = EventRecorder(
+            ResourceClient(api, EVENTS), component=CONTROLLER_NAME, clock=clock
+        )
         reconciler = TFJobReconciler(
             caches=Caches(
                 jobs=job_informer.store, pods=pod_informer.store, services=service_informer.store
@@ -172,7 +176,7 @@ async def run(args: argparse.Namespace) -> int:
             events=recorder,
             clock=clock,
             spawner=background,
-            delays=queue,
+            pacer=Pacer(clock, STATUS_PACE_SECONDS),
             config=PlanConfig(
                 cluster_domain=args.cluster_domain,
                 backoff_base_seconds=args.restart_backoff_base,
@@ -196,10 +200,11 @@ async def run(args: argparse.Namespace) -> int:
         elector = None
         if args.leader_elect:
             elector = LeaseElector(
-                api,
+                ResourceClient(api, LEASES),
                 namespace=args.leader_election_namespace or _pod_namespace(),
                 name=args.leader_election_id,
                 clock=clock,
+                on_change=metrics.leader_status(args.leader_election_id),
             )
         informers = [job_informer, pod_informer, service_informer]
         manager: Manager

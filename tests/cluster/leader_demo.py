@@ -15,6 +15,7 @@ import sys
 import anyio
 
 from controller.api import KubeApi
+from controller.kube import LEASES, ResourceClient
 from controller.leader import LeaseElector
 from controller.logging import configure_logging
 from controller.runtime import Controller, Manager
@@ -29,7 +30,10 @@ class Idle:
 async def run(args: argparse.Namespace) -> int:
     async with await KubeApi.from_kubeconfig(args.kubeconfig) as api:
         elector = LeaseElector(
-            api, namespace=args.namespace, name=args.name, identity=args.identity
+            ResourceClient(api, LEASES),
+            namespace=args.namespace,
+            name=args.name,
+            identity=args.identity,
         )
         manager = Manager(controllers=[Controller("idle", Idle())], elector=elector)
         return await manager.run()

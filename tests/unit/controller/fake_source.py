@@ -15,8 +15,7 @@ from typing import Any
 
 import anyio
 
-from controller.kube import ListPage
-from controller.types import JSON
+from controller.types import JSON, ListPage
 
 HANG = object()
 

@@ -94,3 +94,33 @@ def test_client_settings_defaults_are_sane() -> None:
     s = ClientSettings()
     assert s.stream_read_timeout < s.request_timeout * 10
     assert s.qps > 0 and s.burst >= 1
+
+
+class PagedApi:
+    """Answers list GETs from scripted pages, recording each request's params."""
+
+    def __init__(self, *pages: dict[str, Any]) -> None:
+        self.pages = list(pages)
+        self.params: list[dict[str, str]] = []
+
+    async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        assert (method, path) == ("GET", "/api/v1/namespaces/ns/pods")
+        self.params.append(kw["params"])
+        return self.pages.pop(0)
+
+
+async def test_list_follows_continue_tokens_and_keeps_first_rv() -> None:
+    api = PagedApi(
+        {"metadata": {"resourceVersion": "10", "continue": "t1"}, "items": [{"n": 1}]},
+        {"metadata": {"resourceVersion": "11", "continue": "t2"}, "items": [{"n": 2}]},
+        {"metadata": {"resourceVersion": "12"}, "items": [{"n": 3}]},
+    )
+    pods = ResourceClient(api, PODS)  # type: ignore[arg-type]
+    result = await pods.list("ns", label_selector="app=x", limit=1)
+    assert result.items == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert result.resource_version == "10", "every page is served from the first's snapshot"
+    assert api.params == [
+        {"labelSelector": "app=x", "limit": "1"},
+        {"labelSelector": "app=x", "limit": "1", "continue": "t1"},
+        {"labelSelector": "app=x", "limit": "1", "continue": "t2"},
+    ]

@@ -10,6 +10,7 @@ import pytest
 from controller import errors
 from controller.clock import FakeClock
 from controller.leader import LeaseElector
+from controller.metrics import Metrics
 from controller.types import JSON
 
 
@@ -56,14 +57,8 @@ class FakeLeases:
         return obj["spec"].get("holderIdentity") if obj else None
 
 
-def elector(leases: FakeLeases, clock: FakeClock, identity: str) -> LeaseElector:
-    return LeaseElector(
-        leases,  # type: ignore[arg-type]
-        namespace="ns",
-        name="lock",
-        identity=identity,
-        clock=clock,
-    )
+def elector(leases: FakeLeases, clock: FakeClock, identity: str, **kw: Any) -> LeaseElector:
+    return LeaseElector(leases, namespace="ns", name="lock", identity=identity, clock=clock, **kw)
 
 
 async def test_first_candidate_creates_and_second_waits_full_lease() -> None:
@@ -176,4 +171,32 @@ async def test_acquire_retries_through_errors() -> None:
 
 def test_invalid_timing_rejected() -> None:
     with pytest.raises(ValueError):
-        LeaseElector(FakeLeases(), namespace="n", name="l", lease_duration=10, renew_deadline=10)  # type: ignore[arg-type]
+        LeaseElector(FakeLeases(), namespace="n", name="l", lease_duration=10, renew_deadline=10)
+
+
+async def test_leader_gauge_follows_acquire_lose_and_release() -> None:
+    """leader_election_master_status, wired as the composition root wires it."""
+    clock, leases, metrics = FakeClock(), FakeLeases(), Metrics()
+
+    def gauge() -> float | None:
+        return metrics.registry.get_sample_value("leader_election_master_status", {"name": "lock"})
+
+    a = elector(leases, clock, "a", on_change=metrics.leader_status("lock"))
+    assert gauge() == 0, "exported as 0 before the first election"
+    await a.acquire()
+    assert gauge() == 1
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a.hold)
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(2.0)  # a renewal keeps it at 1
+            await anyio.wait_all_tasks_blocked()
+            assert gauge() == 1
+            leases.objects["lock"]["spec"]["holderIdentity"] = "other"
+            clock.advance(2.0)
+    assert not a.leading and gauge() == 0, "lost"
+    leases.objects["lock"]["spec"]["holderIdentity"] = ""  # released by the other
+    await a.acquire()
+    assert gauge() == 1
+    await a.release()
+    assert gauge() == 0, "released"

@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry
 from controller.clock import FakeClock
 from controller.expectations import ControllerExpectations
 from reconcile.handlers import (
-    PROGRESS_BATCH_SECONDS,
     is_progress_only,
     job_handler,
     owner_job_key,
@@ -20,6 +19,7 @@ from reconcile.handlers import (
 )
 from reconcile.keys import pods_key, services_key
 from reconcile.metrics import JobMetrics
+from reconcile.pacing import PROGRESS_BATCH_SECONDS, STATUS_PACE_SECONDS
 from tests.builders import make_pod, make_service, make_tfjob
 
 JOB = make_tfjob("t").worker(2).obj()
@@ -150,7 +150,7 @@ def test_a_status_only_job_update_is_held_unless_a_pass_awaits_it() -> None:
     assert handler.on_update
     written = {**JOB, "metadata": {**JOB["metadata"], "resourceVersion": "8"}, "status": {}}
     handler.on_update(JOB, written)  # our own status write, nobody waiting on it
-    assert queue.now == [] and queue.later == [(KEY, PROGRESS_BATCH_SECONDS)]
+    assert queue.now == [] and queue.later == [(KEY, STATUS_PACE_SECONDS)]
     exp.expect_resource_version(KEY, "9")  # a pass wrote it and the next one is gated
     awaited = {**written, "metadata": {**written["metadata"], "resourceVersion": "9"}}
     handler.on_update(written, awaited)

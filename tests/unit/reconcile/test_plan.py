@@ -693,9 +693,7 @@ def test_lost_status_write_never_loses_a_failure(finished_in_delete_second: bool
     killed), the retried pass found the pod gone — the failure escaped backoffLimit and the
     backoff — or terminating with finishedAt in the DELETE's second, which reads as a
     disruption. Now the record is written first and the pod deleted by the next pass."""
-    w = World(
-        make_tfjob("t").chief().worker(1, restart_policy="ExitCode").backoff_limit(0).obj()
-    )
+    w = World(make_tfjob("t").chief().worker(1, restart_policy="ExitCode").backoff_limit(0).obj())
     w.reconcile()
     w.run_all()
     w.now = 50

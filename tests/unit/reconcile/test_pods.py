@@ -125,7 +125,9 @@ def test_planned_pods_job_role(builder: Any, rtype: str, roles: list[str | None]
 
 def test_planned_pods_cluster_domain() -> None:
     job = make_tfjob("j").worker(2).obj()
-    plan = compute_plan(Snapshot(read_job(job), [], [], at(0)), PlanConfig(cluster_domain="cluster.local"))
+    plan = compute_plan(
+        Snapshot(read_job(job), [], [], at(0)), PlanConfig(cluster_domain="cluster.local")
+    )
     env = plan.create_pods[0]["spec"]["containers"][0]["env"]
     assert "j-worker-0.ns.svc.cluster.local:2222" in env[0]["value"]
 

@@ -13,7 +13,7 @@ import structlog
 from controller.runtime import Controller
 from reconcile.keys import pods_key, services_key
 from reconcile.names import MANAGED_BY_MULTIKUEUE
-from reconcile.tfjob import PROGRESS_PACE_SECONDS
+from reconcile.pacing import STATUS_PACE_SECONDS
 from tests.builders import make_pod, make_tfjob
 from tests.fakes import ReconcilerWorld
 
@@ -140,35 +140,35 @@ async def test_a_failing_create_backs_off_through_the_queue_until_it_succeeds() 
     )  # each pod and service once: nothing was created twice
 
 
-async def test_progress_only_status_is_paced_through_the_queue() -> None:
+async def test_progress_only_status_is_paced() -> None:
     job = make_tfjob("t").chief().worker(2).obj()
     w = ReconcilerWorld(job)
     ctrl = Controller("tfjob", w.reconciler, clock=w.clock, queue=w.queue, background=w.background)
+
+    def run(rtype: str, index: int) -> None:
+        w.pods.upsert(make_pod(job, rtype, index).uid(f"uid-t-{rtype.lower()}-{index}")
+                      .running().obj())  # fmt: skip
+
     async with anyio.create_task_group() as tg:
         await tg.start(w.background.run)
         await ctrl.process(KEY)  # Created, and the creates
         await anyio.wait_all_tasks_blocked()
         w.store_status()
         assert len(w.writer.statuses) == 1
-
-        def run(rtype: str, index: int) -> None:
-            w.pods.upsert(make_pod(job, rtype, index).uid(f"uid-t-{rtype.lower()}-{index}")
-                          .running().obj())  # fmt: skip
-
+        w.clock.advance(1)  # long after that write
         run("Chief", 0)
-        w.clock.advance(1)  # long after any earlier delay
-        w.queue._release_due()
-        await ctrl.process(KEY)  # progress after a quiet spell: written at once ...
+        await ctrl.process(KEY)  # progress after a quiet spell: written at once
         assert len(w.writer.statuses) == 2
         w.store_status()
-        assert w.queue.due_in(KEY) == pytest.approx(PROGRESS_PACE_SECONDS)  # ... and paced
         run("Worker", 0)
-        await ctrl.process(KEY)  # more progress inside the pace: it waits for company
+        await ctrl.process(KEY)  # more progress within the pace waits ...
+        w.clock.advance(STATUS_PACE_SECONDS / 2)
         run("Worker", 1)
         await ctrl.process(KEY)
         assert len(w.writer.statuses) == 2
-        w.clock.advance(PROGRESS_PACE_SECONDS)
-        w.queue._release_due()  # the paced look comes due
+        # ... for the look the queue brings back when the pace allows
+        assert w.queue.waiting == 1
+        w.clock.advance(STATUS_PACE_SECONDS / 2)
         await ctrl.process(KEY)
         assert len(w.writer.statuses) == 3
         written = w.writer.statuses[-1]["replicaStatuses"]
@@ -176,7 +176,6 @@ async def test_progress_only_status_is_paced_through_the_queue() -> None:
         w.store_status()
         # a decisive change never waits
         w.pods.upsert(make_pod(job, "Chief", 0).uid("uid-t-chief-0").succeeded().obj())
-        assert w.queue.due_in(KEY) is not None
         await ctrl.process(KEY)
         assert len(w.writer.statuses) == 4
         assert any(c["type"] == "Succeeded" for c in w.writer.statuses[-1]["conditions"])
