@@ -57,34 +57,13 @@ from controller.api import gc_paused
 from controller.clock import SystemClock
 from controller.kube import list_pages
 from controller.store import IndexFunc, Store, key_of, resource_version_of
+from controller.transforms import Transform as Transform  # re-exported for callers
+from controller.transforms import chain_transforms as chain_transforms
+from controller.transforms import strip_managed_fields as strip_managed_fields
 from controller.types import JSON, Clock, ListWatch, object_key
 from controller.types import EventHandler as EventHandler  # re-exported for handlers
 
 log = structlog.get_logger("controller.informer")
-
-Transform = Callable[[JSON], JSON]
-
-
-def strip_managed_fields(obj: JSON) -> JSON:
-    """Transform dropping metadata.managedFields: often the largest part of an object
-    and never read by a controller. Mutates the freshly decoded object in place."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-    return obj
-
-
-def chain_transforms(*transforms: Transform) -> Transform:
-    """One transform applying ``transforms`` in order (each gets the previous result)."""
-    if len(transforms) == 1:
-        return transforms[0]
-
-    def chained(obj: JSON) -> JSON:
-        for transform in transforms:
-            obj = transform(obj)
-        return obj
-
-    return chained
 
 
 class Backoff:

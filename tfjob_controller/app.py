@@ -31,20 +31,17 @@ from controller.background import Background
 from controller.clock import SystemClock
 from controller.events import EventRecorder
 from controller.expectations import ControllerExpectations
-from controller.informer import (
-    Informer,
-    Transform,
-    chain_transforms,
-    strip_managed_fields,
-)
+from controller.informer import Informer
 from controller.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient
 from controller.leader import LeaseElector
 from controller.logging import add_logging_flags, configure_logging
+from controller.manager import Manager
 from controller.metrics import Metrics
 from controller.pacer import Pacer
-from controller.runtime import Controller, Manager
+from controller.runtime import Controller
 from controller.server import add_server_flags, serve_probes
 from controller.store import IndexFunc, index_by_controller_uid
+from controller.transforms import Transform, chain_transforms, strip_managed_fields
 from controller.types import CONTROLLER_UID_INDEX
 from controller.workqueue import WorkQueue
 from reconcile.handlers import job_handler, pod_handler, service_handler

@@ -18,7 +18,8 @@ from controller.api import KubeApi
 from controller.kube import LEASES, ResourceClient
 from controller.leader import LeaseElector
 from controller.logging import configure_logging
-from controller.runtime import Controller, Manager
+from controller.manager import Manager
+from controller.runtime import Controller
 from controller.types import Result
 
 

@@ -10,9 +10,10 @@ from prometheus_client import generate_latest
 
 from controller import errors
 from controller.clock import FakeClock
+from controller.manager import Manager
 from controller.metrics import Metrics
 from controller.ratelimit import default_controller_rate_limiter
-from controller.runtime import Controller, Manager
+from controller.runtime import Controller
 from controller.types import Result, TerminalError
 from controller.workqueue import WorkQueue
 
