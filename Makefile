@@ -29,13 +29,13 @@ cluster-down:
 
 # The controller on the local cluster with a sample TFJob, printing its progress.
 run: cluster
-	$(PY) hack/run_local.py
+	$(PY) -m hack.run_local
 
 lint: venv
-	$(PY) hack/check_layers.py
+	$(PY) -m hack.check_layers
 	$(VENV)/bin/ruff check controller reconcile tfjob_controller hack tests
 	$(VENV)/bin/mypy
-	$(PY) hack/gen_crd.py --check
+	$(PY) -m hack.gen_crd --check
 
 unit: venv
 	$(PY) -m pytest tests/unit -q
@@ -46,4 +46,4 @@ test: lint cluster
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
 
 bench: binaries
-	$(PY) hack/bench.py $(BENCH_ARGS)
+	hack/bench $(BENCH_ARGS)

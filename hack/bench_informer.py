@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: informer list+decode throughput and memory per cached pod.
 
-    .venv/bin/python hack/bench_informer.py [--pods 10000] [--page-size 500]
+    .venv/bin/python -m hack.bench_informer [--pods 10000] [--page-size 500]
         [--modes off,strip,slim] [--inprocess-server] [--distinct-times]
         [--kubeconfig PATH --namespace NS]
 
@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 
 def stamp(seconds: int) -> str:

@@ -14,14 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "hack"))
-import cluster as cluster_mod  # noqa: E402
+import hack.cluster as cluster_mod
+
+REPO = cluster_mod.REPO
 
 NS = "default"
 TFJOBS = f"/apis/kubeflow.org/v1/namespaces/{NS}/tfjobs"

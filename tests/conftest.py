@@ -1,7 +1,7 @@
 """Test wiring: the real local control plane for cluster tests.
 
 Tests under tests/cluster/ are marked `cluster` automatically. They use the session
-fixture `cluster`, which brings the local control plane up (hack/cluster.py) or reuses
+fixture `cluster`, which brings the local control plane up (hack/cluster/) or reuses
 a running one, with every CRD under config/crd installed, and the fixture `namespace`,
 a fresh namespace per test, deleted afterwards.
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "hack"))
+import hack.cluster as cluster_mod
 
-import cluster as cluster_mod  # noqa: E402  (hack/cluster.py)
+REPO = cluster_mod.REPO
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -43,7 +41,8 @@ class Cluster:
 
     def _hack(self, *args: str) -> str:
         out = subprocess.run(
-            [sys.executable, str(REPO / "hack" / "cluster.py"), *args],
+            cluster_mod.command(*args),
+            cwd=REPO,
             check=True,
             stdout=subprocess.PIPE,
             text=True,
@@ -81,7 +80,8 @@ def cluster() -> Iterator[Cluster]:
     d = cluster_mod.cluster_dir()
     was_running = cluster_mod.load_state(d) is not None and cluster_mod.status_report(d)[0]
     proc = subprocess.run(
-        [sys.executable, str(REPO / "hack" / "cluster.py"), "up"],
+        cluster_mod.command("up"),
+        cwd=REPO,
         capture_output=True,
         text=True,
     )
@@ -100,7 +100,7 @@ def cluster() -> Iterator[Cluster]:
     )
     yield c
     if not was_running and os.environ.get("TFJOB_KEEP_CLUSTER") != "1":
-        subprocess.run([sys.executable, str(REPO / "hack" / "cluster.py"), "down"], check=False)
+        subprocess.run(cluster_mod.command("down"), cwd=REPO, check=False)
 
 
 @pytest.fixture

@@ -44,7 +44,6 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
-
 class ControllerProcess:
     """tfjob-controller as a real process against the local cluster."""
 

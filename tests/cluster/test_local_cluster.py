@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -271,14 +271,14 @@ async def test_crd_from_yaml_established_and_usable(
 def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
     """A second, private cluster: up, then down leaves no process and frees its ports."""
     env = {**os.environ, "TFJOB_CLUSTER_DIR": str(tmp_path / "c"), "TFJOB_CLUSTER_NODES": "1"}
-    hack = [sys.executable, str(REPO / "hack" / "cluster.py")]
-    subprocess.run([*hack, "up"], env=env, check=True, stdout=subprocess.PIPE)
+    run = functools.partial(subprocess.run, cwd=REPO, env=env, check=True)
+    run(cluster_mod.command("up"), stdout=subprocess.PIPE)
     state = orjson.loads((tmp_path / "c" / "state.json").read_bytes())
     pids = list(state["pids"].values())
     assert len(pids) == 5
-    subprocess.run([*hack, "status"], env=env, check=True, stdout=subprocess.PIPE)
+    run(cluster_mod.command("status"), stdout=subprocess.PIPE)
     assert state["ports"]["apiserver"] in cluster_mod.listening_ports()
-    subprocess.run([*hack, "down"], env=env, check=True)
+    run(cluster_mod.command("down"))
     for pid in pids:
         try:
             os.kill(pid, 0)
@@ -289,4 +289,3 @@ def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
     listening = cluster_mod.listening_ports()
     assert not set(state["ports"].values()) & listening, "a port of ours still listens"
     assert not (tmp_path / "c").exists()
-

@@ -1,9 +1,6 @@
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
-
-import check_layers
+from hack import check_layers
 
 
 def test_controller_and_reconcile_keep_to_their_sides() -> None:

@@ -6,32 +6,19 @@ CEL rules can only run in an apiserver; tests/cluster/test_crd_admission.py cove
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
+from hack import gen_crd
 from reconcile.defaults import apply_defaults
 from reconcile.models import dump_tfjob, parse_tfjob
 from reconcile.status_types import JobStatus
 from tests.unit.reconcile.test_models import REPO, SAMPLES, conformance_examples
 
-
-def _load_gen_crd() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_crd", REPO / "hack" / "gen_crd.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_crd", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_crd = _load_gen_crd()
 CRD_FILE = REPO / "config" / "crd" / "kubeflow.org_tfjobs.yaml"
 
 
@@ -41,7 +28,7 @@ def schema() -> dict[str, Any]:
 
 
 def test_committed_crd_is_generated() -> None:
-    assert CRD_FILE.read_text() == gen_crd.render(), "stale CRD: run python hack/gen_crd.py"
+    assert CRD_FILE.read_text() == gen_crd.render(), "stale CRD: run python -m hack.gen_crd"
 
 
 def test_check_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:

@@ -1,0 +1,146 @@
+"""The apiserver's audit log, read from an offset: every request with its server-side
+timestamp, user agent, verb, resource and code, summed per phase."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hack.benchmark.client import Http
+from hack.benchmark.common import FLOOR_UA, HARNESS_UA, say
+from hack.benchmark.environment import Env
+
+
+def audit_offset(env: Env) -> int:
+    return env.audit.stat().st_size
+
+
+def _read_from(path: Path, start: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read()
+
+
+def _ts(s: str) -> float:
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+async def audit_read(env: Env, http: Http, start: int) -> list[dict[str, Any]]:
+    """Audit events from byte ``start`` up to a marker request sent now (batch mode
+    writes asynchronously, so wait until the marker is on disk)."""
+    marker = f"bench-marker-{uuid.uuid4().hex[:12]}"
+    await http.req("GET", f"/api/v1/namespaces/{marker}")
+    deadline = time.monotonic() + 60
+    while True:
+        data = await asyncio.to_thread(_read_from, env.audit, start)
+        if marker.encode() in data:
+            break
+        if time.monotonic() > deadline:
+            say("WARNING: audit marker not seen after 60s; counting what is there")
+            break
+        await asyncio.sleep(0.3)
+    events: dict[str, dict[str, Any]] = {}
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            ev = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a partial last line
+        aid = ev.get("auditID")
+        if ev.get("stage") == "ResponseComplete" or aid not in events:
+            events[aid] = ev
+    say(f"audit log: {len(events)} requests ({len(data) / 2**20:.0f} MB) read")
+    return list(events.values())
+
+
+@dataclass
+class Requests:
+    by_verb: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # verb,res,code
+    creates_t: list[float] = field(default_factory=list)  # completion times of 201 creates
+    first_submit: float | None = None
+
+    def count(self, verb: str, resource: str, code: str | None = None) -> int:
+        return sum(
+            n
+            for (v, r, c), n in self.by_verb.items()
+            if v == verb and r == resource and (code is None or c == code)
+        )
+
+    def total(self, verbs: tuple[str, ...], resources: tuple[str, ...]) -> int:
+        return sum(n for (v, r, _c), n in self.by_verb.items() if v in verbs and r in resources)
+
+    def creation_time(self, objects: int) -> float | None:
+        """First TFJob submitted -> the objects-th successful create (server clock)."""
+        if self.first_submit is None or len(self.creates_t) < objects:
+            return None
+        return self.creates_t[objects - 1] - self.first_submit
+
+
+def summarize_audit(events: list[dict[str, Any]], ua: str, ns: str) -> Requests:
+    out = Requests()
+    for ev in events:
+        ref = ev.get("objectRef") or {}
+        agent = ev.get("userAgent") or ""
+        if agent.startswith(HARNESS_UA) and not agent.startswith(FLOOR_UA):
+            if (
+                ev.get("verb") == "create"
+                and ref.get("resource") == "tfjobs"
+                and ref.get("namespace") == ns
+            ):
+                t = _ts(ev["requestReceivedTimestamp"])
+                out.first_submit = t if out.first_submit is None else min(out.first_submit, t)
+            continue
+        if not agent.startswith(ua):
+            continue
+        if ref.get("namespace") not in (None, "", ns):
+            continue
+        resource = ref.get("resource", "?") + (
+            "/" + ref["subresource"] if ref.get("subresource") else ""
+        )
+        code = str((ev.get("responseStatus") or {}).get("code", "?"))
+        verb = ev.get("verb", "?")
+        out.by_verb[(verb, resource, code)] += 1
+        if verb == "create" and resource in ("pods", "services") and code == "201":
+            out.creates_t.append(_ts(ev["stageTimestamp"]))
+        if verb == "create" and resource == "tfjobs" and ua == FLOOR_UA:
+            t = _ts(ev["requestReceivedTimestamp"])
+            out.first_submit = t if out.first_submit is None else min(out.first_submit, t)
+    out.creates_t.sort()
+    return out
+
+
+ALL_RESOURCES = ("pods", "services", "tfjobs", "tfjobs/status", "events", "leases", "namespaces")
+
+
+def codes(r: Requests, verb: str, res: str) -> str:
+    ok, dup = r.count(verb, res, "201"), r.count(verb, res, "409")
+    other = r.count(verb, res) - ok - dup
+    return f"{ok} / {dup} / {other}"
+
+
+def status_writes(r: Requests) -> int:
+    return r.total(("update", "patch"), ("tfjobs/status",))
+
+
+def other_writes(r: Requests) -> int:
+    return r.total(
+        ("update", "patch", "delete", "deletecollection"), ("pods", "services", "tfjobs")
+    )
+
+
+def workload_writes(r: Requests) -> int:
+    return (
+        r.count("create", "pods")
+        + r.count("create", "services")
+        + status_writes(r)
+        + other_writes(r)
+    )

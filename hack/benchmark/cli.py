@@ -1,0 +1,100 @@
+"""The command line: flags, one controller phase and one floor phase per QPS mode, and
+the files written to --out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from hack.benchmark import __doc__ as package_doc
+from hack.benchmark.common import REPO, parse_modes, say
+from hack.benchmark.environment import Env, cluster_down, cluster_up
+from hack.benchmark.floor import run_floor
+from hack.benchmark.harness import run_ours
+from hack.benchmark.report import fmt, plot, render_profile, report
+from hack.benchmark.results import PhaseResult
+
+
+async def bench(
+    args: argparse.Namespace, env: Env, out: Path
+) -> list[tuple[PhaseResult, PhaseResult]]:
+    runs = []
+    for i, mode in enumerate(args.qps):
+        ours = await run_ours(env, args, mode, out, profile=args.profile and i == 0)
+        # The last namespace goes with the cluster, unless the cluster stays.
+        last = i == len(args.qps) - 1
+        floor = await run_floor(env, args, mode, cleanup=args.keep_cluster or not last)
+        runs.append((ours, floor))
+        say(
+            f"mode {mode.label}: ours {fmt(ours.creation_s, '.2f')}s, "
+            f"floor {fmt(floor.creation_s, '.2f')}s"
+        )
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    from controller.api import ClientSettings
+
+    summary = (package_doc or "").split("\n")[0]
+    p = argparse.ArgumentParser(prog="hack/bench", description=summary)
+    numbers: list[tuple[str, type, float, str]] = [
+        ("--jobs", int, 200, "TFJobs"),
+        ("--replicas", int, 8, "replicas per job: 1 Chief + M-1 Workers"),
+        ("--controller-threads", int, 4, "the controller's --threads"),
+        ("--timeout", float, 420, "limit per controller phase (s)"),
+        ("--settle", float, 1.0, "seconds the controller runs on after the last job succeeded"),
+        ("--progress", float, 3.0, "progress line interval (s)"),
+        ("--nodes", int, 20, "kwok nodes, at least"),
+        ("--node-pods", int, 200, "pods per kwok node"),
+    ]
+    for flag, kind, default, what in numbers:
+        p.add_argument(flag, type=kind, default=kind(default), help=f"{what} (default {default})")
+    p.add_argument(
+        "--qps",
+        type=parse_modes,
+        default=parse_modes("unlimited,20/30"),
+        help="comma-separated client QPS modes, e.g. unlimited,20/30 (default)",
+    )
+    p.add_argument(
+        "--floor-concurrency",
+        type=int,
+        default=ClientSettings().pool_size,
+        help="the floor's semaphore (default: the controller's connection pool)",
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="run the first controller phase under pyinstrument"
+    )
+    p.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster up")
+    p.add_argument("--out", default=str(REPO / "bench-out"))
+    args = p.parse_args(argv)
+    if args.jobs < 1 or args.replicas < 1:
+        p.error("--jobs and --replicas must be >= 1")
+    os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / ".cluster-bench"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = cluster_up(args, args.jobs * args.replicas)
+    try:
+        runs = asyncio.run(bench(args, env, out))
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    finally:
+        if not args.keep_cluster:
+            say("stopping the bench cluster (--keep-cluster leaves it up)")
+            cluster_down()
+    if args.profile:
+        render_profile(out)
+    table = report(args, runs)
+    (out / "results.md").write_text(table)
+    raw = [{phase.name: phase.figures() for phase in pair} for pair in runs]
+    (out / "results.json").write_text(
+        json.dumps({"jobs": args.jobs, "replicas": args.replicas, "runs": raw}, indent=2)
+    )
+    plot(out / "created-over-time.png", runs)
+    print()
+    print(table)
+    say(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'created-over-time.png'}")
+    return 0

@@ -1,0 +1,66 @@
+"""One phase's figures."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from hack.benchmark.audit import Requests
+from hack.benchmark.common import pct
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    mode: str
+    namespace: str
+    requests: Requests
+    creation_s: float | None  # submit -> last pod/service created (server time)
+    expected_objects: int
+    created_objects: int
+    wall_s: float
+    jobs_succeeded: int = 0
+    running_lat: list[float] = field(default_factory=list)
+    succeeded_lat: list[float] = field(default_factory=list)
+    cpu_s: float | None = None
+    peak_rss: int | None = None
+    profiled: bool = False
+    #: 1-minute load average at the end of the phase (the machine may be shared)
+    load: float = field(default_factory=lambda: os.getloadavg()[0])
+
+    @classmethod
+    def measured(
+        cls, name: str, mode: str, ns: str, reqs: Requests, objects: int, wall: float, **extra: Any
+    ) -> PhaseResult:
+        return cls(
+            name=name,
+            mode=mode,
+            namespace=ns,
+            requests=reqs,
+            creation_s=reqs.creation_time(objects),
+            expected_objects=objects,
+            created_objects=len(reqs.creates_t),
+            wall_s=wall,
+            **extra,
+        )
+
+    def figures(self) -> dict[str, Any]:
+        """The raw numbers for results.json."""
+
+        def quantiles(values: list[float]) -> dict[str, float | None]:
+            return {"p50": pct(values, 50), "p99": pct(values, 99)}
+
+        return {
+            "mode": self.mode,
+            "creation_s": self.creation_s,
+            "wall_s": self.wall_s,
+            "jobs_succeeded": self.jobs_succeeded,
+            "running_latency_s": quantiles(self.running_lat),
+            "succeeded_latency_s": quantiles(self.succeeded_lat),
+            "cpu_s": self.cpu_s,
+            "peak_rss_bytes": self.peak_rss,
+            "requests": {
+                f"{v} {r} {c}": k for (v, r, c), k in sorted(self.requests.by_verb.items())
+            },
+        }

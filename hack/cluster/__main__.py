@@ -1,0 +1,5 @@
+import sys
+
+from hack.cluster.cli import main
+
+sys.exit(main())

@@ -1,0 +1,55 @@
+"""Talking to the apiserver with the standard library only, so `up` needs no client
+library."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+class Api:
+    def __init__(self, d: Path, port: int) -> None:
+        self.base = f"https://127.0.0.1:{port}"
+        self.ctx = ssl.create_default_context(cafile=str(d / "pki" / "ca.crt"))
+        self.ctx.load_cert_chain(str(d / "pki" / "admin.crt"), str(d / "pki" / "admin.key"))
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
+                raw = r.read()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            raw, status = e.read(), e.code
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def ready(self) -> bool:
+        try:
+            status, _body = self.request("GET", "/readyz")
+        except (OSError, ssl.SSLError):
+            return False
+        return status == 200
+
+    def apply(self, obj: dict[str, Any], collection: str) -> None:
+        """Create, or replace if it exists (server-side apply keeps this idempotent)."""
+        name = obj["metadata"]["name"]
+        status, body = self.request(
+            "PATCH",
+            f"{collection}/{name}?fieldManager=tfjob-cluster&force=true",
+            obj,
+            content_type="application/apply-patch+yaml",
+        )
+        if status >= 300:
+            raise RuntimeError(f"apply {collection}/{name}: {status} {body}")

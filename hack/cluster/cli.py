@@ -1,0 +1,264 @@
+"""The commands: up, down, status, restart and compact."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from hack.cluster import __doc__ as package_doc
+from hack.cluster.api import Api
+from hack.cluster.components import (
+    COMPONENTS,
+    build_binaries,
+    component_argv,
+    install_crds,
+    node_manifest,
+    start,
+)
+from hack.cluster.host import (
+    cluster_dir,
+    free_port,
+    http_ok,
+    listening_ports,
+    log,
+    pid_alive,
+    wait_for,
+)
+from hack.cluster.pki import make_pki, write_kubeconfig
+from hack.cluster.state import load_state, save_state, status_report
+
+
+def cmd_up(opts: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    d = cluster_dir()
+    state = load_state(d)
+    if state:
+        ok, _ = status_report(d)
+        if ok:
+            api = Api(d, state["ports"]["apiserver"])
+            install_crds(api)
+            log(f"reusing the running cluster in {d}")
+            print(d / "kubeconfig")
+            return 0
+        log("found a stale cluster; stopping its leftovers")
+        cmd_down(opts)
+    bins = build_binaries()
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    make_pki(d / "pki")
+    ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler")}
+    write_kubeconfig(d, ports["apiserver"])
+    state = {"pids": {}, "ports": ports, "bin_dir": str(bins), "started": time.time()}
+    save_state(d, state)
+
+    def launch(name: str) -> int:
+        pid = start(d, name, component_argv(name, d, bins, ports, opts))
+        state["pids"][name] = pid
+        save_state(d, state)
+        log(f"started {name} (pid {pid})")
+        return pid
+
+    try:
+        pid = launch("etcd")
+        wait_for("etcd", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, [pid])
+        pid = launch("kube-apiserver")
+        api = Api(d, ports["apiserver"])
+        wait_for("kube-apiserver /readyz", api.ready, 120, [pid])
+        # CRDs before KCM: the garbage collector re-reads discovery only every 30 s.
+        install_crds(api)
+        pid = launch("kube-controller-manager")
+        wait_for(
+            "kube-controller-manager",
+            lambda: http_ok(f"https://127.0.0.1:{ports['kcm']}/healthz"),
+            60,
+            [pid],
+        )
+        pid = launch("kube-scheduler")
+        wait_for(
+            "kube-scheduler",
+            lambda: http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz"),
+            60,
+            [pid],
+        )
+        pid = launch("kwok")
+        for i in range(opts.nodes):
+            api.apply(node_manifest(i, opts), "/api/v1/nodes")
+
+        def nodes_ready() -> bool:
+            status, body = api.request("GET", "/api/v1/nodes")
+            if status != 200:
+                return False
+            ready = [
+                n
+                for n in body["items"]
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in (n.get("status") or {}).get("conditions") or []
+                )
+            ]
+            return len(ready) >= opts.nodes
+
+        wait_for(f"{opts.nodes} kwok nodes Ready", nodes_ready, 60, [pid])
+
+        def default_ns() -> bool:
+            return api.request("GET", "/api/v1/namespaces/default")[0] == 200
+
+        wait_for("namespace default", default_ns, 30)
+    except Exception as e:
+        import traceback
+
+        traceback.print_exc()
+        log(f"cluster failed to start: {e}")
+        for name in reversed(COMPONENTS):
+            logf = d / "logs" / f"{name}.log"
+            if logf.exists():
+                tail = logf.read_text(errors="replace").splitlines()[-15:]
+                log(f"--- last lines of {name}.log ---\n" + "\n".join(tail))
+        cmd_down(opts, keep_logs=True)
+        return 1
+    log(f"cluster up in {time.monotonic() - t0:.1f}s; kubeconfig: {d / 'kubeconfig'}")
+    print(d / "kubeconfig")
+    return 0
+
+
+def cmd_down(opts: argparse.Namespace, keep_logs: bool = False) -> int:
+    d = cluster_dir()
+    state = load_state(d)
+    if not state:
+        log(f"no cluster state in {d}; nothing to stop")
+        return 0
+    pids = [state["pids"][n] for n in reversed(COMPONENTS) if n in state["pids"]]
+    # One at a time, in reverse start order: kube-apiserver shuts down quickly only
+    # while etcd is still there to answer it.
+    for pid in pids:
+        if pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # Reap if the process happens to be our child (e.g. within one test run).
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    ports = set(state.get("ports", {}).values())
+    deadline = time.monotonic() + 10
+    while ports & listening_ports() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if keep_logs:
+        (d / "state.json").unlink(missing_ok=True)
+    else:
+        shutil.rmtree(d, ignore_errors=True)
+    log(f"stopped {len(pids)} processes" + ("" if keep_logs else f" and removed {d}"))
+    return 0
+
+
+def cmd_restart(opts: argparse.Namespace) -> int:
+    """Kill one component (SIGKILL, like a crash) and start it again with the same flags."""
+    d = cluster_dir()
+    state = load_state(d)
+    if not state:
+        raise SystemExit("no cluster running")
+    name = opts.component
+    pid = state["pids"].get(name)
+    if pid and pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+    # A killed Go process can show as a zombie while its other threads still hold its
+    # sockets: wait until nothing listens on the component's ports any more.
+    own = {
+        "etcd": ["etcd", "etcd_peer"],
+        "kube-apiserver": ["apiserver"],
+        "kube-controller-manager": ["kcm"],
+        "kube-scheduler": ["scheduler"],
+    }.get(name, [])
+    ports = {state["ports"][k] for k in own}
+    wait_for(f"{name}'s ports to close", lambda: not ports & listening_ports(), 30)
+    bins = Path(state["bin_dir"])
+    new = start(d, name, component_argv(name, d, bins, state["ports"], opts))
+    state["pids"][name] = new
+    save_state(d, state)
+    if name == "kube-apiserver":
+        wait_for("kube-apiserver /readyz", Api(d, state["ports"]["apiserver"]).ready, 120, [new])
+    log(f"restarted {name} (pid {new})")
+    return 0
+
+
+def cmd_compact(opts: argparse.Namespace) -> int:
+    """Compact etcd to its current revision: every older resourceVersion then gives 410."""
+    state = load_state(cluster_dir())
+    if not state:
+        raise SystemExit("no cluster running")
+    base = f"http://127.0.0.1:{state['ports']['etcd']}"
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(
+            base + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    rev = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": rev, "physical": True})
+    log(f"compacted etcd at revision {rev}")
+    print(rev)
+    return 0
+
+
+def cmd_status(opts: argparse.Namespace) -> int:
+    ok, lines = status_report(cluster_dir())
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    summary = (package_doc or "").split("\n")[0]
+    p = argparse.ArgumentParser(prog="hack/cluster.sh", description=summary)
+    p.add_argument("command", choices=["up", "down", "status", "restart", "compact"])
+    p.add_argument("component", nargs="?", choices=COMPONENTS, help="for restart")
+    p.add_argument("--nodes", type=int, default=int(os.environ.get("TFJOB_CLUSTER_NODES", 4)))
+    p.add_argument("--node-cpu", default="8")
+    p.add_argument("--node-memory", default="32Gi")
+    p.add_argument("--node-gpu", default="8")
+    p.add_argument("--node-pods", default="110")
+    p.add_argument(
+        "--audit",
+        action="store_true",
+        default=os.environ.get("TFJOB_CLUSTER_AUDIT") == "1",
+        help="write an apiserver audit log at Metadata level (for benchmarks)",
+    )
+    opts = p.parse_args(argv)
+    if opts.command == "restart" and not opts.component:
+        p.error("restart needs a component")
+    commands = {
+        "up": cmd_up,
+        "down": cmd_down,
+        "status": cmd_status,
+        "restart": cmd_restart,
+        "compact": cmd_compact,
+    }
+    return commands[opts.command](opts)

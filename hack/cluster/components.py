@@ -1,0 +1,213 @@
+"""The components: the Go-built binaries, each one's command line, starting a
+process, the kwok nodes and the CRDs installed from config/crd."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from hack.cluster.api import Api
+from hack.cluster.host import REPO, log, wait_for
+
+COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+
+
+def build_binaries() -> Path:
+    out = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-binaries.sh")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def kwok_stage_files(bins: Path) -> list[Path]:
+    """kwok's own fast node/pod stages (copied beside the binaries by
+    build-binaries.sh), plus our exit-code stage."""
+    stages = bins.parent / "stages"
+    files = [
+        stages / "node-initialize.yaml",
+        stages / "pod-ready.yaml",
+        stages / "pod-delete.yaml",
+        REPO / "hack/kwok-exit-stage.yaml",
+    ]
+    for f in files:
+        if not f.exists():
+            raise SystemExit(f"missing kwok stage file {f}; run hack/build-binaries.sh")
+    return files
+
+
+def start(d: Path, name: str, argv: list[str]) -> int:
+    logs = d / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    out = open(logs / f"{name}.log", "ab")
+    proc = subprocess.Popen(
+        argv,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # survives the `up` command; `down` kills it by PID
+        cwd=str(d),
+    )
+    out.close()
+    return proc.pid
+
+
+def component_argv(
+    name: str, d: Path, bins: Path, ports: dict[str, int], opts: argparse.Namespace
+) -> list[str]:
+    pki = d / "pki"
+    kubeconfig = str(d / "kubeconfig")
+    if name == "etcd":
+        return [
+            str(bins / "etcd"),
+            "--name=node0",
+            f"--data-dir={d / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
+            f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
+            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
+            f"--initial-cluster=node0=http://127.0.0.1:{ports['etcd_peer']}",
+            "--unsafe-no-fsync=true",
+            "--quota-backend-bytes=8589934592",
+            "--log-level=warn",
+        ]
+    if name == "kube-apiserver":
+        argv = [
+            str(bins / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            # No serviceaccount controller runs, and no node-lifecycle controller would
+            # ever lift the not-ready taint that TaintNodesByCondition adds.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # A loopback advertise address fails the kubernetes Endpoints validation.
+            "--endpoint-reconciler-type=none",
+            f"--cert-dir={d / 'apiserver-certs'}",
+            "--max-requests-inflight=0",
+            "--max-mutating-requests-inflight=0",
+            "--enable-priority-and-fairness=false",
+            "--v=1",
+        ]
+        if opts.audit:
+            argv += [
+                f"--audit-policy-file={REPO / 'hack' / 'audit-policy.yaml'}",
+                f"--audit-log-path={d / 'logs' / 'audit.log'}",
+                "--audit-log-format=json",
+                "--audit-log-mode=batch",
+            ]
+        return argv
+    if name == "kube-controller-manager":
+        return [
+            str(bins / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--controllers=garbage-collector-controller,namespace-controller",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports['kcm']}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--concurrent-gc-syncs=40",
+            "--kube-api-qps=1000",
+            "--kube-api-burst=2000",
+            "--v=1",
+        ]
+    if name == "kube-scheduler":
+        sched = d / "scheduler.yaml"
+        sched.write_text(
+            "apiVersion: kubescheduler.config.k8s.io/v1\n"
+            "kind: KubeSchedulerConfiguration\n"
+            f"clientConnection: {{kubeconfig: {kubeconfig!r}, qps: 1000, burst: 2000}}\n"
+            "leaderElection: {leaderElect: false}\n"
+            "profiles:\n"
+            "- schedulerName: default-scheduler\n"
+            # Lets pods aimed at Volcano bind here too (no gang semantics).
+            "- schedulerName: volcano\n"
+        )
+        return [
+            str(bins / "kube-scheduler"),
+            f"--config={sched}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports['scheduler']}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--v=1",
+        ]
+    if name == "kwok":
+        argv = [
+            str(bins / "kwok"),
+            f"--kubeconfig={kubeconfig}",
+            "--manage-all-nodes=true",
+            "--cidr=10.244.0.0/16",
+            "--node-lease-duration-seconds=0",
+        ]
+        for f in kwok_stage_files(bins):
+            argv.append(f"--config={f}")
+        return argv
+    raise ValueError(name)
+
+
+def node_manifest(i: int, opts: argparse.Namespace) -> dict[str, Any]:
+    res = {
+        "cpu": str(opts.node_cpu),
+        "memory": opts.node_memory,
+        "nvidia.com/gpu": str(opts.node_gpu),
+        "pods": str(opts.node_pods),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"kwok-node-{i}",
+            "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-node-{i}"},
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "status": {"allocatable": res, "capacity": res},
+    }
+
+
+def crd_files() -> list[Path]:
+    root = REPO / "config" / "crd"
+    return sorted(p for p in root.rglob("*.yaml") if p.is_file()) if root.exists() else []
+
+
+def install_crds(api: Api) -> None:
+    import yaml
+
+    names = []
+    for f in crd_files():
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                api.apply(doc, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+                names.append(doc["metadata"]["name"])
+
+    def established() -> bool:
+        for n in names:
+            status, body = api.request(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}"
+            )
+            conds = (
+                ((body or {}).get("status") or {}).get("conditions") or [] if status == 200 else []
+            )
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+                return False
+        return True
+
+    wait_for("CRDs established", established, 60)
+    if names:
+        log(f"CRDs installed: {', '.join(names)}")
