@@ -39,6 +39,7 @@ from kubernetes_asyncio.client.configuration import Configuration
 
 from controller import errors
 from controller.clock import SystemClock
+from controller.logging import remember_secret
 from controller.ratelimit import PRIORITY_NORMAL, TokenBucket
 from controller.types import JSON, Clock
 
@@ -217,6 +218,9 @@ class KubeApi:
             headers["Authorization"] = str(bearer["value"])
         elif self.configuration.username:
             headers["Authorization"] = str(self.configuration.get_basic_auth_token())
+            remember_secret(str(self.configuration.password or ""))
+        if "Authorization" in headers:
+            remember_secret(headers["Authorization"])
         return headers
 
     def _request_kwargs(

@@ -6,12 +6,19 @@ bound at the time (the runtime binds ``controller``, ``key`` and ``reconcile_id`
 reconcile), ``level`` and an ISO-8601 UTC ``timestamp``. Messages are stable strings
 in ``event``; data goes in key-value pairs. Records from the standard ``logging``
 module (aiohttp, kubernetes-asyncio) are rendered the same way.
+
+Secrets: tracebacks are rendered without local variables (a request's locals hold its
+Authorization header), and every string that reaches the output, exception text
+included, passes through ``redact``, which strips credentials by their shape
+(Authorization values, bearer tokens, JWTs, PEM private keys, password and token
+parameters) wherever they appear.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from typing import Any, TextIO
 
@@ -29,6 +36,69 @@ def add_logging_flags(parser: argparse.ArgumentParser) -> None:
         help="log output format (default: console on a TTY, json otherwise)",
     )
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="minimum level")
+
+
+_REDACTED = "[REDACTED]"
+_SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S
+        ),
+        "[REDACTED PRIVATE KEY]",
+    ),
+    # "Authorization: Bearer x", "'Authorization': 'Basic x'", "authorization=x"
+    (
+        re.compile(r"""(?i)(\bauthorization['"]?\s*[:=]\s*['"]?)[^'"\n,;}]+"""),
+        rf"\1{_REDACTED}",
+    ),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}"), rf"\1 {_REDACTED}"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"), _REDACTED),
+    (
+        re.compile(
+            r"""(?i)\b((?:password|passwd|token|api[_-]?key|secret|client[_-]?key(?:[_-]?data)?)['"]?\s*[:=]\s*['"]?)[^'"\s&,;}]+"""
+        ),
+        rf"\1{_REDACTED}",
+    ),
+]
+
+
+#: Credentials this process holds (the client adds each one it sends), removed
+#: verbatim: a bare token has no shape to recognise it by.
+_known_secrets: set[str] = set()
+
+
+def remember_secret(value: str) -> None:
+    """Redact ``value`` (and, for "Bearer x"/"Basic x", x) from every log line."""
+    for secret in (value, value.partition(" ")[2]):
+        if len(secret) >= 6:
+            _known_secrets.add(secret)
+
+
+def redact(text: str) -> str:
+    """``text`` with every known credential, and anything shaped like one, replaced
+    by a marker."""
+    for secret in _known_secrets:
+        if secret in text:
+            text = text.replace(secret, _REDACTED)
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_value(v) for v in value]
+    if isinstance(value, BaseException):
+        return redact(f"{type(value).__name__}: {value}")
+    return value
+
+
+def _redact_event(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    return {k: _redact_value(v) for k, v in event.items()}
 
 
 def _json_dumps(obj: Any, **_: Any) -> str:
@@ -49,12 +119,20 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
-    renderer: Any
+    # Exceptions, redaction and rendering happen in the handler's formatter, for
+    # structlog and stdlib records alike, so they hold for loggers bound before now.
+    final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if log_format == "json":
-        renderer = structlog.processors.JSONRenderer(serializer=_json_dumps)
-        shared.append(structlog.processors.dict_tracebacks)
+        exceptions = structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        final.append(structlog.processors.ExceptionRenderer(exceptions))
+        renderer: Any = structlog.processors.JSONRenderer(serializer=_json_dumps)
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        # Plain text, so the redactor sees the traceback before the renderer does.
+        final.append(structlog.processors.format_exc_info)
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=stream.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+    final += [_redact_event, renderer]
 
     structlog.configure(
         processors=[
@@ -68,10 +146,7 @@ def configure_logging(
     )
     handler = logging.StreamHandler(stream)
     handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-        )
+        structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final)
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
