@@ -13,6 +13,8 @@
   controller_runtime_terminal_reconcile_errors_total,
   controller_runtime_reconcile_time_seconds, controller_runtime_active_workers,
   controller_runtime_max_concurrent_reconciles.
+- event_loop_lag_seconds: how late the event loop woke a periodic sleeper
+  (controller.looplag); anything above a few ms is a callback that blocked the loop.
 - leader_election_master_status{name}: 1 while this process holds the lease named
   ``name``, else 0; ``leader_status(name)`` is the setter for LeaseElector's on_change.
 
@@ -176,6 +178,12 @@ class Metrics:
             "controller_runtime_max_concurrent_reconciles",
             "Maximum number of concurrent reconciles per controller",
             ["controller"],
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "event_loop_lag_seconds",
+            "How late the event loop woke a task that slept for a fixed interval",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
         self.leader = Gauge(

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from controller.types import JSON
-from reconcile.cluster_spec import ClusterMember, tf_config, tf_port
+from reconcile import conditions as cond
+from reconcile.cluster_spec import ClusterMember, cluster_layout, tf_port
+from reconcile.conditions import ConditionEvent
 from reconcile.labels import is_master_role, replica_name, replica_type_of
 from reconcile.models import TFJob
 from reconcile.pods import JobRef, build_pod, is_terminating, name_of, uid_of
@@ -35,7 +37,13 @@ def new_pods(
         rt: ClusterMember(replicas=s.count, port=tf_port(s.template)) for rt, s in specs.items()
     }
     ref = job_ref(job)
-    dynamic = bool(job.spec.enable_dynamic_worker)
+    layout = cluster_layout(
+        ref.name,
+        ref.namespace,
+        members,
+        cluster_domain=cluster_domain,
+        dynamic_worker=bool(job.spec.enable_dynamic_worker),
+    )
     return [
         build_pod(
             ref,
@@ -43,21 +51,24 @@ def new_pods(
             index,
             specs[rtype].template,
             restart_policy=specs[rtype].policy,
-            tf_config=tf_config(
-                ref.name,
-                ref.namespace,
-                members,
-                rtype,
-                index,
-                cluster_domain=cluster_domain,
-                dynamic_worker=dynamic,
-            ),
+            tf_config=layout.tf_config(rtype, index),
             master_role=is_master_role(rtype, index, specs),
             operator_name=operator_name,
         )
         for rtype, indexes in creates.items()
         for index in indexes
     ]
+
+
+def template_overrides(job: TFJob, creates: Mapping[str, Sequence[int]]) -> list[ConditionEvent]:
+    """Upstream's Warning when a pod about to be created has a template restartPolicy,
+    which the replica's replaces: one per pass (the recorder folds repeats)."""
+    for rtype, indexes in creates.items():
+        spec = job.replica_specs[rtype].template.get("spec")
+        if indexes and isinstance(spec, Mapping) and spec.get("restartPolicy"):
+            reason, message = cond.REASON_TEMPLATE_RESTART_POLICY, cond.MSG_TEMPLATE_RESTART_POLICY
+            return [ConditionEvent(cond.WARNING, reason, message)]
+    return []
 
 
 def foreign_pods(job: TFJob, pods: Iterable[JSON]) -> list[JSON]:

@@ -109,6 +109,42 @@ def go_json(value: Any) -> str:
     )
 
 
+@dataclass(frozen=True)
+class ClusterLayout:
+    """A job's cluster, built and serialised once per pass and shared by every pod's
+    TF_CONFIG: each value embeds the whole cluster, so rebuilding it per pod made
+    planning quadratic in the replica count."""
+
+    cluster: dict[str, list[str]]
+    cluster_json: str  # go_json(cluster)
+    distributed: bool
+    dynamic_worker: bool = False
+
+    def tf_config(self, rtype: str, index: int) -> str | None:
+        """The TF_CONFIG value for pod (rtype, index), or None for a single-replica job."""
+        if not self.distributed:
+            return None
+        task = go_json({"type": rtype.lower(), "index": index})
+        if self.dynamic_worker and rtype not in CHIEF_TYPES:
+            sparse = _sparse(self.cluster, rtype.lower(), index)
+            return f'{{"cluster":{go_json(sparse)},"task":{task}}}'
+        # The same bytes go_json gives for the whole object: compact JSON concatenates.
+        return f'{{"cluster":{self.cluster_json},"task":{task},"environment":"cloud"}}'
+
+
+def cluster_layout(
+    job_name: str,
+    namespace: str,
+    members: Mapping[str, ClusterMember],
+    *,
+    cluster_domain: str | None = None,
+    dynamic_worker: bool = False,
+) -> ClusterLayout:
+    distributed = is_distributed(members)
+    cluster = cluster_spec(job_name, namespace, members, cluster_domain) if distributed else {}
+    return ClusterLayout(cluster, go_json(cluster), distributed, dynamic_worker)
+
+
 def tf_config(
     job_name: str,
     namespace: str,
@@ -119,14 +155,11 @@ def tf_config(
     cluster_domain: str | None = None,
     dynamic_worker: bool = False,
 ) -> str | None:
-    """The TF_CONFIG value for pod (rtype, index), or None for a single-replica job."""
-    if not is_distributed(members):
-        return None
-    cluster = cluster_spec(job_name, namespace, members, cluster_domain)
-    task = {"type": rtype.lower(), "index": index}
-    if dynamic_worker and rtype not in CHIEF_TYPES:
-        return go_json({"cluster": _sparse(cluster, rtype.lower(), index), "task": task})
-    return go_json({"cluster": cluster, "task": task, "environment": "cloud"})
+    """The TF_CONFIG value for one pod (a layout built for just this pod)."""
+    layout = cluster_layout(
+        job_name, namespace, members, cluster_domain=cluster_domain, dynamic_worker=dynamic_worker
+    )
+    return layout.tf_config(rtype, index)
 
 
 def _sparse(cluster: Mapping[str, list[str]], rtype: str, index: int) -> dict[str, Any]:

@@ -45,6 +45,11 @@ REASON_RESUMED = "TFJobResumed"
 REASON_FAILED_VALIDATION = "TFJobFailedValidation"
 #: The event (not a condition) of a job deleted after its ttlSecondsAfterFinished.
 REASON_DELETED_JOB = "SuccessfulDeleteJob"
+#: Upstream's (misspelt) reason, kept: users' alerts match it.
+REASON_TEMPLATE_RESTART_POLICY = "SettedPodTemplateRestartPolicy"
+MSG_TEMPLATE_RESTART_POLICY = (
+    "Restart policy in pod template will be overwritten by restart policy in replica spec"
+)
 
 NORMAL = "Normal"
 WARNING = "Warning"

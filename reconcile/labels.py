@@ -6,7 +6,7 @@ The label keys and values are the upstream contract: dashboards, the kubeflow-tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from reconcile.names import CHIEF_TYPES, ReplicaType
@@ -48,15 +48,18 @@ def replica_labels(
     return labels
 
 
-def has_chief_or_master(rtypes: Iterable[str]) -> bool:
-    return any(rt in CHIEF_TYPES for rt in rtypes)
+def coordinator(specs: Mapping[str, Any]) -> str | None:
+    """The job's Chief or Master, if it has one with pods. Upstream let a 0-replica
+    Chief decide success at once (0 of 0 succeeded) while no pod ran; here it counts
+    as absent, so worker 0 coordinates and decides."""
+    return next((rt for rt in CHIEF_TYPES if rt in specs and specs[rt].count > 0), None)
 
 
-def is_master_role(rtype: str, index: int, rtypes: Iterable[str]) -> bool:
+def is_master_role(rtype: str, index: int, specs: Mapping[str, Any]) -> bool:
     """Chief/Master pods carry job-role=master; without one, worker 0 does."""
     if rtype in CHIEF_TYPES:
         return True
-    return rtype == ReplicaType.WORKER and index == 0 and not has_chief_or_master(rtypes)
+    return rtype == ReplicaType.WORKER and index == 0 and coordinator(specs) is None
 
 
 def pod_labels(

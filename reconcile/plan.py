@@ -19,12 +19,12 @@ Order of decisions (each step returns early); the policy itself lives in its own
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from controller.types import JSON
 from reconcile import conditions as cond
-from reconcile.children import foreign_pods, new_pods, service_diff, unique
+from reconcile.children import foreign_pods, new_pods, service_diff, template_overrides, unique
 from reconcile.cleanup import Cleanup, cleanup_deletions, finished_cleanup, finishing_cleanup
 from reconcile.conditions import ConditionEvent
 from reconcile.labels import DEFAULT_OPERATOR_NAME
@@ -134,6 +134,7 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
     waits = [o.wait for o in outcomes.values() if o.wait is not None]
     if deadline_in is not None:
         waits.append(deadline_in)
+    plan = replace(plan, events=[*plan.events, *template_overrides(tfjob, creates)])
     return _with_children(
         plan,
         create_pods=new_pods(

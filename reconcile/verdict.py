@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from reconcile import conditions as cond
+from reconcile.labels import coordinator
 from reconcile.models import ReplicaSpec, TFJob
-from reconcile.names import CHIEF_TYPES, STATUS_ORDER, ReplicaType, SuccessPolicy
+from reconcile.names import STATUS_ORDER, ReplicaType, SuccessPolicy
 from reconcile.restart import PodOutcome, ReplicaOutcome
 from reconcile.status_types import elapsed_due, parse_indexes
 
@@ -48,11 +49,11 @@ def in_status_order(rtypes: Mapping[str, object]) -> list[str]:
 
 
 def deciding_type(specs: Mapping[str, ReplicaSpec]) -> str | None:
-    """The replica type whose outcome is the job's: Chief/Master, else Worker, else none
-    (other types never decide)."""
-    for rtype in CHIEF_TYPES:
-        if rtype in specs:
-            return rtype
+    """The replica type whose outcome is the job's: Chief/Master (with pods), else
+    Worker, else none (other types never decide)."""
+    chief = coordinator(specs)
+    if chief is not None:
+        return chief
     return ReplicaType.WORKER if ReplicaType.WORKER in specs else None
 
 

@@ -35,6 +35,7 @@ from controller.informer import Informer
 from controller.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient
 from controller.leader import LeaseElector
 from controller.logging import add_logging_flags, configure_logging
+from controller.looplag import LoopLagMonitor
 from controller.manager import Manager
 from controller.metrics import Metrics
 from controller.pacer import Pacer
@@ -215,6 +216,7 @@ async def run(args: argparse.Namespace) -> int:
             elector=elector,
             services=[
                 recorder.run,
+                LoopLagMonitor(metrics.loop_lag.observe).run,
                 serve_probes(
                     metrics=metrics,
                     metrics_address=args.metrics_bind_address,

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from reconcile.children import foreign_pods, new_pods, service_diff, unique
+from reconcile.children import foreign_pods, new_pods, service_diff, template_overrides, unique
 from reconcile.labels import JOB_ROLE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from reconcile.models import TFJob
 from reconcile.spec import read_job
-from tests.builders import TFJobBuilder, make_pod, make_service, make_tfjob
+from tests.builders import TFJobBuilder, container, make_pod, make_service, make_tfjob
 
 OP = "tfjob-controller"
 
@@ -194,3 +194,32 @@ def test_unique(objs: list[dict[str, Any]], want: list[tuple[str, str | None]]) 
     got = unique(objs)
     assert [(o["metadata"]["name"], o["metadata"].get("uid")) for o in got] == want
     assert all(any(g is o for o in objs) for g in got)  # the objects themselves, not copies
+
+
+def _with_template_restart_policy(policy: str) -> TFJobBuilder:
+    template = {"spec": {"restartPolicy": policy, "containers": [container()]}}
+    return make_tfjob().ps(1).worker(2, restart_policy="OnFailure", template=template)
+
+
+@pytest.mark.parametrize(
+    ("builder", "creates", "warned"),
+    [
+        pytest.param(_with_template_restart_policy("Always"), {"Worker": [0]}, True, id="set"),
+        pytest.param(_with_template_restart_policy("Always"), {"PS": [0]}, False, id="other-type"),
+        pytest.param(
+            _with_template_restart_policy("Always"), {"Worker": []}, False, id="no-create"
+        ),
+        pytest.param(_with_template_restart_policy(""), {"Worker": [0, 1]}, False, id="empty"),
+    ],
+)
+def test_template_restart_policy_is_overridden_with_upstreams_warning(
+    builder: TFJobBuilder, creates: dict[str, list[int]], warned: bool
+) -> None:
+    job = tfjob(builder)
+    events = template_overrides(job, creates)
+    assert [(e.type, e.reason) for e in events] == (
+        [("Warning", "SettedPodTemplateRestartPolicy")] if warned else []
+    )
+    want = {"worker": "OnFailure", "ps": "Never"}  # the replicas' policies, not "Always"
+    for pod in new_pods(job, creates, cluster_domain=None, operator_name=OP):
+        assert pod["spec"]["restartPolicy"] == want[pod["metadata"]["labels"][REPLICA_TYPE_LABEL]]

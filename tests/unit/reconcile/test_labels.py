@@ -4,6 +4,7 @@ import pytest
 
 from reconcile.labels import (
     JOB_ROLE_LABEL,
+    coordinator,
     is_master_role,
     job_labels,
     pod_labels,
@@ -12,6 +13,7 @@ from reconcile.labels import (
     replica_name,
     replica_type_of,
 )
+from reconcile.models import ReplicaSpec
 
 P = "training.kubeflow.org/"
 
@@ -40,19 +42,24 @@ def test_replica_labels_exact() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rtype", "index", "rtypes", "want"),
+    ("rtype", "index", "counts", "want"),
     [
-        pytest.param("Chief", 0, ["Chief", "Worker"], True, id="chief"),
-        pytest.param("Master", 0, ["Master", "Worker"], True, id="master"),
-        pytest.param("Worker", 0, ["Chief", "Worker"], False, id="worker0-with-chief"),
-        pytest.param("Worker", 0, ["PS", "Worker"], True, id="worker0-without-chief"),
-        pytest.param("Worker", 1, ["Worker"], False, id="worker1"),
-        pytest.param("PS", 0, ["PS", "Worker"], False, id="ps"),
-        pytest.param("Evaluator", 0, ["Evaluator", "Worker"], False, id="evaluator"),
+        pytest.param("Chief", 0, {"Chief": 1, "Worker": 2}, True, id="chief"),
+        pytest.param("Master", 0, {"Master": 1, "Worker": 2}, True, id="master"),
+        pytest.param("Worker", 0, {"Chief": 1, "Worker": 2}, False, id="worker0-with-chief"),
+        pytest.param("Worker", 0, {"PS": 1, "Worker": 2}, True, id="worker0-without-chief"),
+        pytest.param("Worker", 0, {"Chief": 0, "Worker": 2}, True, id="worker0-0-replica-chief"),
+        pytest.param("Worker", 1, {"Worker": 2}, False, id="worker1"),
+        pytest.param("PS", 0, {"PS": 1, "Worker": 1}, False, id="ps"),
+        pytest.param("Evaluator", 0, {"Evaluator": 1, "Worker": 1}, False, id="evaluator"),
     ],
 )
-def test_is_master_role(rtype: str, index: int, rtypes: list[str], want: bool) -> None:
-    assert is_master_role(rtype, index, rtypes) is want
+def test_is_master_role(rtype: str, index: int, counts: dict[str, int], want: bool) -> None:
+    specs = {rt: ReplicaSpec(replicas=n, template={}) for rt, n in counts.items()}
+    assert is_master_role(rtype, index, specs) is want
+    assert (coordinator(specs) is not None) is any(
+        counts.get(rt, 0) > 0 for rt in ("Chief", "Master")
+    )
 
 
 def test_controller_labels_override_template_labels() -> None:

@@ -191,3 +191,13 @@ def test_active_deadline(start: float, now: float, want: Any) -> None:
 
 def test_no_deadline_means_no_timer() -> None:
     assert verdict(make_tfjob("t").worker(1), now=10**6, Worker=out(active=1)) == (None, None)
+
+
+def test_a_zero_replica_chief_counts_as_absent() -> None:
+    """Upstream let `Chief: {replicas: 0}` succeed the job at once with no pod run."""
+    builder = make_tfjob().chief(0).worker(2)
+    assert deciding_type(tfjob(builder).replica_specs) == "Worker"
+    nothing_yet = verdict(builder, Chief=out(), Worker=out(active=2))
+    assert nothing_yet == (None, None)
+    done, _ = verdict(builder, Chief=out(), Worker=out(active=1, succeeded="0"))
+    assert done is not None and done.succeeded
