@@ -80,23 +80,6 @@ def address(
     return f"{host}:{port}"
 
 
-def cluster_spec(
-    job_name: str,
-    namespace: str,
-    members: Mapping[str, ClusterMember],
-    cluster_domain: str | None = None,
-) -> dict[str, list[str]]:
-    """{lower(rtype): [address of index 0, 1, ...]} for every replica type, sorted by key."""
-    spec: dict[str, list[str]] = {}
-    for rtype in sorted(members, key=str.lower):
-        m = members[rtype]
-        spec[rtype.lower()] = [
-            address(job_name, namespace, rtype, i, m.port, cluster_domain)
-            for i in range(m.replicas)
-        ]
-    return dict(sorted(spec.items()))
-
-
 def go_json(value: Any) -> str:
     """Serialise like Go's json.Marshal: compact, HTML-safe escaping, UTF-8 kept as is."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
@@ -140,26 +123,16 @@ def cluster_layout(
     cluster_domain: str | None = None,
     dynamic_worker: bool = False,
 ) -> ClusterLayout:
+    """The cluster {lower(rtype): [address of index 0, 1, ...]}, sorted by key."""
+    cluster: dict[str, list[str]] = {}
     distributed = is_distributed(members)
-    cluster = cluster_spec(job_name, namespace, members, cluster_domain) if distributed else {}
+    for rtype in sorted(members, key=str.lower) if distributed else ():
+        m = members[rtype]
+        cluster[rtype.lower()] = [
+            address(job_name, namespace, rtype, i, m.port, cluster_domain)
+            for i in range(m.replicas)
+        ]
     return ClusterLayout(cluster, go_json(cluster), distributed, dynamic_worker)
-
-
-def tf_config(
-    job_name: str,
-    namespace: str,
-    members: Mapping[str, ClusterMember],
-    rtype: str,
-    index: int,
-    *,
-    cluster_domain: str | None = None,
-    dynamic_worker: bool = False,
-) -> str | None:
-    """The TF_CONFIG value for one pod (a layout built for just this pod)."""
-    layout = cluster_layout(
-        job_name, namespace, members, cluster_domain=cluster_domain, dynamic_worker=dynamic_worker
-    )
-    return layout.tf_config(rtype, index)
 
 
 def _sparse(cluster: Mapping[str, list[str]], rtype: str, index: int) -> dict[str, Any]:

@@ -8,10 +8,9 @@ import pytest
 
 from reconcile.cluster_spec import (
     ClusterMember,
-    cluster_spec,
+    cluster_layout,
     go_json,
     is_distributed,
-    tf_config,
     tf_port,
 )
 from tests.builders import container
@@ -117,7 +116,8 @@ def test_tf_config_exact(
     dynamic: bool,
     want: str | None,
 ) -> None:
-    got = tf_config(job, ns, members, rtype, index, cluster_domain=domain, dynamic_worker=dynamic)
+    layout = cluster_layout(job, ns, members, cluster_domain=domain, dynamic_worker=dynamic)
+    got = layout.tf_config(rtype, index)
     assert got == want
     if want is not None:
         json.loads(got or "")  # and it is valid JSON
@@ -138,7 +138,7 @@ def test_is_distributed(members: dict[str, ClusterMember], want: bool) -> None:
 
 
 def test_cluster_spec_includes_unknown_types_sorted() -> None:
-    spec = cluster_spec("j", "n", {"Worker": M(1), "Custom": M(1)})
+    spec = cluster_layout("j", "n", {"Worker": M(2), "Custom": M(1)}).cluster
     assert list(spec) == ["custom", "worker"]
 
 
