@@ -11,8 +11,11 @@ from typing import Any
 
 from reconcile.names import (
     DEFAULT_CONTAINER_NAME,
+    DNS1035_LABEL_MAX_LENGTH,
+    DNS1035_LABEL_PATTERN,
     MAX_CONTAINER_NAME_LENGTH,
     MAX_CONTAINERS,
+    MAX_TOTAL_REPLICAS,
     ReplicaType,
 )
 
@@ -93,8 +96,38 @@ REPLICA_SPECS_RULES: list[Any] = [
         "must not have more than 1 Chief or Master role",
     ),
     rule(
+        f"self.map(k, has(self[k].replicas) ? self[k].replicas : 1).sum() <= {MAX_TOTAL_REPLICAS}",
+        f"must not ask for more than {MAX_TOTAL_REPLICAS} replicas in all",
+    ),
+    rule(
         f"self.all(k, !(k.lowerAscii() in {CHIEF_TYPES_CEL})"
         " || !has(self[k].replicas) || self[k].replicas <= 1)",
         "Chief or Master replicas must be 0 or 1",
+    ),
+]
+
+
+# Rules on the whole object: the root is the one place a CRD rule may read
+# self.metadata.name (and nothing else of metadata).
+_R = "self.spec.tfReplicaSpecs[k].replicas"
+#: Digits of the highest index (replicas - 1), replicas being at most MAX_TOTAL_REPLICAS.
+_INDEX_DIGITS = f"(!has({_R}) || {_R} <= 10 ? 1 : {_R} <= 100 ? 2 : {_R} <= 1000 ? 3 : 4)"
+ROOT_RULES: list[Any] = [
+    rule(
+        f"self.metadata.name.size() <= {DNS1035_LABEL_MAX_LENGTH}"
+        f" && self.metadata.name.matches('{DNS1035_LABEL_PATTERN}')",
+        "metadata.name must be a DNS-1035 label: lower case alphanumerics or"
+        " '-', starting with a letter, ending with an alphanumeric, at most"
+        f" {DNS1035_LABEL_MAX_LENGTH} characters",
+        field_path=".metadata.name",
+    ),
+    rule(
+        "!has(self.spec.tfReplicaSpecs) || self.spec.tfReplicaSpecs.all(k,"
+        f" self.metadata.name.size() + k.size() + 2 + {_INDEX_DIGITS}"
+        f" <= {DNS1035_LABEL_MAX_LENGTH})",
+        "metadata.name is too long for its replicas: every pod and service is named"
+        " <metadata.name>-<replica type>-<index>, a DNS-1035 label of at most"
+        f" {DNS1035_LABEL_MAX_LENGTH} characters",
+        field_path=".metadata.name",
     ),
 ]

@@ -27,6 +27,7 @@ from reconcile.admission import (
     INT64,
     POD_TEMPLATE_SCHEMA,
     REPLICA_SPECS_RULES,
+    ROOT_RULES,
     rule,
 )
 from reconcile.names import (
@@ -34,8 +35,6 @@ from reconcile.names import (
     DEFAULT_REPLICAS,
     DEFAULT_RESTART_POLICY,
     DEFAULT_SUCCESS_POLICY,
-    DNS1035_LABEL_MAX_LENGTH,
-    DNS1035_LABEL_PATTERN,
     MANAGED_BY_VALUES,
     MAX_REPLICA_TYPES,
     RestartPolicy,
@@ -204,18 +203,7 @@ class TFJob(_APIModel):
 
     model_config = ConfigDict(
         json_schema_extra={
-            # The only way to check metadata.name in a CRD: the root may read
-            # self.metadata.name (and nothing else of metadata).
-            "x-kubernetes-validations": [
-                rule(
-                    f"self.metadata.name.size() <= {DNS1035_LABEL_MAX_LENGTH}"
-                    f" && self.metadata.name.matches('{DNS1035_LABEL_PATTERN}')",
-                    "metadata.name must be a DNS-1035 label: lower case alphanumerics or"
-                    " '-', starting with a letter, ending with an alphanumeric, at most"
-                    f" {DNS1035_LABEL_MAX_LENGTH} characters",
-                    field_path=".metadata.name",
-                )
-            ]
+            "x-kubernetes-validations": ROOT_RULES,
         }
     )
 

@@ -72,6 +72,11 @@ MAX_CONTAINERS = 64
 # Container names are DNS-1123 labels; the Pod API rejects anything longer anyway.
 MAX_CONTAINER_NAME_LENGTH = 63
 DNS1035_LABEL_MAX_LENGTH = 63
+#: Pods (and Services) a job may ask for, all replica types together. Every pod's
+#: TF_CONFIG lists the whole cluster, about 60 bytes a member, and Linux refuses to
+#: exec with one environment string over 128 KiB (MAX_ARG_STRLEN): around 2,000
+#: members no TensorFlow process could start. 1,000 leaves room for long names.
+MAX_TOTAL_REPLICAS = 1000
 DNS1035_LABEL_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 

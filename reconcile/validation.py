@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from reconcile.labels import replica_name
 from reconcile.models import ReplicaSpec, TFJob, parse_tfjob
 from reconcile.names import (
     CHIEF_TYPES,
@@ -32,6 +33,7 @@ from reconcile.names import (
     MANAGED_BY_VALUES,
     MAX_CONTAINER_NAME_LENGTH,
     MAX_CONTAINERS,
+    MAX_TOTAL_REPLICAS,
     ReplicaType,
     RestartPolicy,
 )
@@ -99,8 +101,11 @@ def validate(job: TFJob) -> list[FieldError]:
     """Every rule that needs only the object itself. Works before and after
     defaulting (replica-type keys are compared case-insensitively)."""
     errors = _validate_name(job.metadata)
+    if not errors:
+        errors += _validate_child_names(job.name, job.spec.tf_replica_specs)
     errors += _validate_managed_by(job)
     errors += _validate_replica_types(job.spec.tf_replica_specs)
+    errors += _validate_total_replicas(job.spec.tf_replica_specs)
     for rtype, rspec in job.spec.tf_replica_specs.items():
         errors += _validate_replica(f"spec.tfReplicaSpecs[{rtype}]", rtype, rspec)
     return errors
@@ -139,6 +144,36 @@ def _validate_name(metadata: Mapping[str, Any]) -> list[FieldError]:
             )
         ]
     return []
+
+
+def _validate_child_names(name: str, specs: Mapping[str, ReplicaSpec]) -> list[FieldError]:
+    longest = max(
+        (replica_name(name, rtype, max((s.replicas or 0) - 1, 0)) for rtype, s in specs.items()),
+        key=len,
+        default="",
+    )
+    if len(longest) <= DNS1035_LABEL_MAX_LENGTH:
+        return []
+    return [
+        FieldError(
+            "metadata.name",
+            f"is too long for its replicas: pod and service {longest!r} would have"
+            f" {len(longest)} characters, more than the {DNS1035_LABEL_MAX_LENGTH}"
+            " of a DNS-1035 label",
+        )
+    ]
+
+
+def _validate_total_replicas(specs: Mapping[str, ReplicaSpec]) -> list[FieldError]:
+    total = sum(s.count if s.replicas is not None else 1 for s in specs.values())
+    if total <= MAX_TOTAL_REPLICAS:
+        return []
+    return [
+        FieldError(
+            "spec.tfReplicaSpecs",
+            f"asks for {total} replicas: must not ask for more than {MAX_TOTAL_REPLICAS} in all",
+        )
+    ]
 
 
 def _validate_managed_by(job: TFJob) -> list[FieldError]:

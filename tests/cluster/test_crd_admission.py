@@ -318,6 +318,12 @@ def _containers(o: Obj) -> list[Obj]:
 REJECTED = [
     (lambda o: o["metadata"].update(name="1-starts-with-digit"), "metadata.name", "DNS-1035"),
     (lambda o: o["metadata"].update(name="has.dot"), "metadata.name", "DNS-1035"),
+    (lambda o: o["metadata"].update(name="a" * 55), "metadata.name", "too long for its replicas"),
+    (
+        lambda o: _specs(o)["Worker"].update(replicas=999),
+        "spec.tfReplicaSpecs",
+        "must not ask for more than 1000 replicas in all",
+    ),
     (lambda o: o.pop("spec"), "spec", "Required"),
     (lambda o: o["spec"].pop("tfReplicaSpecs"), "spec.tfReplicaSpecs", "Required"),
     (

@@ -57,3 +57,46 @@ def test_template_restart_policy_overridden_with_upstreams_warning(
     assert event["message"] == (
         "Restart policy in pod template will be overwritten by restart policy in replica spec"
     )
+
+
+REPLICAS = {"Chief": 1, "Master": 1, "PS": 2, "Worker": 3, "Evaluator": 1}
+
+
+def test_names_of_every_length_either_fit_or_are_rejected_naming_the_limit(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """Job names of 40 to 63 characters with each replica type: admission rejects the
+    job whose longest child name would pass 63 characters; every accepted job gets
+    every pod and service it asks for (none wedged with missing services)."""
+    accepted: dict[str, int] = {}
+    for rtype, replicas in REPLICAS.items():
+        for length in range(40, 64):
+            name = f"{rtype.lower()[0]}{length}-".ljust(length, "x")
+            job = make_job(name, workers=None)
+            job["spec"]["tfReplicaSpecs"] = {
+                rtype: {"replicas": replicas, "restartPolicy": "Never", "template": TEMPLATE}
+            }
+            longest = len(f"{name}-{rtype.lower()}-{replicas - 1}")
+            status, body = kube.api.request("POST", kube.tfjobs(namespace), job)
+            if longest <= 63:
+                assert status == 201, (name, body)
+                accepted[name] = replicas
+            else:
+                assert status == 422, (name, longest, body)
+                assert "metadata.name" in body["message"], body["message"]
+                assert "at most 63 characters" in body["message"], body["message"]
+    assert len(accepted) == sum(24 - (len(rt) + 3) for rt in REPLICAS)
+
+    def children_complete() -> bool:
+        pods = {p["metadata"]["name"] for p in kube.pods(namespace)}
+        services = {s["metadata"]["name"] for s in kube.services(namespace)}
+        want = {
+            f"{name}-{rtype.lower()}-{i}"
+            for name, replicas in accepted.items()
+            for rtype in REPLICAS
+            if name.startswith(rtype.lower()[0] + str(len(name)))
+            for i in range(replicas)
+        }
+        return want <= pods and want <= services
+
+    wait_for(children_complete, 90, "every pod and service of every accepted job")

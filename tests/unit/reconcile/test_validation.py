@@ -86,6 +86,18 @@ def errors_for(mutate: Callable[[Obj], object]) -> list[FieldError]:
             lambda o: o["metadata"].pop("name"), "metadata.name", "Required", id="no-name"
         ),
         pytest.param(
+            lambda o: o["metadata"].update(name="a" * 55),
+            "metadata.name",
+            f"is too long for its replicas: pod and service '{'a' * 55}-worker-1' would have 64",
+            id="child-name-too-long",
+        ),
+        pytest.param(
+            lambda o: specs(o)["Worker"].update(replicas=999),
+            "spec.tfReplicaSpecs",
+            "asks for 1001 replicas: must not ask for more than 1000 in all",
+            id="too-many-replicas",
+        ),
+        pytest.param(
             lambda o: o["spec"]["runPolicy"].update(managedBy="someone/else"),
             "spec.runPolicy.managedBy",
             "Unsupported value",
@@ -246,7 +258,9 @@ def test_each_rule(mutate: Callable[[Obj], object], path: str, message: str) -> 
             lambda o: o["spec"]["runPolicy"].update(managedBy="kueue.x-k8s.io/multikueue"),
             id="managed-by-multikueue",
         ),
-        pytest.param(lambda o: o["metadata"].update(name="a" * 63), id="name-63"),
+        # "-worker-1" makes the longest child name 63 characters
+        pytest.param(lambda o: o["metadata"].update(name="a" * 54), id="name-54-fits"),
+        pytest.param(lambda o: specs(o)["Worker"].update(replicas=998), id="1000-replicas"),
         pytest.param(
             lambda o: containers(o).insert(0, {"name": "sidecar", "image": "s"}),
             id="tensorflow-not-first",
