@@ -94,6 +94,9 @@ def component_argv(
             # No serviceaccount controller runs, and no node-lifecycle controller would
             # ever lift the not-ready taint that TaintNodesByCondition adds.
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # As on hardened clusters (OpenShift and others): setting blockOwnerDeletion
+            # on a child needs update on the owner's finalizers subresource.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             # A loopback advertise address fails the kubernetes Endpoints validation.
             "--endpoint-reconciler-type=none",
             f"--cert-dir={d / 'apiserver-certs'}",

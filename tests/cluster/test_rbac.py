@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import ssl
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -17,17 +22,24 @@ def apply_manifests(cluster: Cluster, *files: Path) -> None:
         cluster.kubectl("apply", "-f", str(f))
 
 
+def token_for(kube: Kube, account: str, ns: str = SA_NS) -> str:
+    """A bound token of a ServiceAccount (TokenRequest)."""
+    return str(
+        kube.req(
+            "POST",
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )["status"]["token"]
+    )
+
+
 def service_account_kubeconfig(cluster: Cluster, kube: Kube, path: Path) -> None:
     """A kubeconfig that authenticates as the ServiceAccount, with a bound token."""
-    token = kube.req(
-        "POST",
-        f"/api/v1/namespaces/{SA_NS}/serviceaccounts/tfjob-controller/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )["status"]["token"]
+    token = token_for(kube, "tfjob-controller")
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     admin["users"] = [{"name": "tfjob-controller", "user": {"token": token}}]
     admin["contexts"][0]["context"]["user"] = "tfjob-controller"
@@ -92,3 +104,87 @@ def test_least_privilege_rbac_runs_a_job_to_success(
     finally:
         assert limited.stop() == 0
         controller.start()
+
+
+def _create_child_as(cluster: Cluster, token: str, ns: str, owner: dict[str, Any]) -> int:
+    """POST a pod owned by ``owner`` (blockOwnerDeletion, as the controller's children
+    are) with a ServiceAccount's token; the HTTP status."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "owned-",
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "TFJob",
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "nowhere"},
+    }
+    ctx = ssl.create_default_context(cafile=str(cluster.dir / "pki" / "ca.crt"))
+    request = urllib.request.Request(
+        f"{cluster.api.base}/api/v1/namespaces/{ns}/pods",
+        data=json.dumps(pod).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, context=ctx, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_owner_references_permission_enforcement_is_on_and_the_role_passes_it(
+    cluster: Cluster, kube: Kube, namespace: str
+) -> None:
+    """The local apiserver enforces blockOwnerDeletion permissions as hardened clusters
+    do: the controller's role (with tfjobs/finalizers update) may create children; the
+    same role without that rule may not."""
+    apply_manifests(
+        cluster,
+        REPO / "config/manager/namespace.yaml",
+        REPO / "config/rbac/service_account.yaml",
+        REPO / "config/rbac/role.yaml",
+    )
+    owner = kube.create_tfjob(namespace, sample())
+    assert _create_child_as(cluster, token_for(kube, "tfjob-controller"), namespace, owner) == 201
+
+    role = next(
+        doc
+        for doc in yaml.safe_load_all((REPO / "config/rbac/role.yaml").read_text())
+        if doc["kind"] == "ClusterRole"
+    )
+    rules = [r for r in role["rules"] if "tfjobs/finalizers" not in r["resources"]]
+    assert len(rules) == len(role["rules"]) - 1
+    weaker = "tfjob-controller-no-finalizers"
+    manifests = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": weaker, "namespace": SA_NS},
+        },
+        {**role, "metadata": {"name": weaker}, "rules": rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": weaker},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": weaker,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": weaker, "namespace": SA_NS}],
+        },
+    ]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
+    try:
+        assert _create_child_as(cluster, token_for(kube, weaker), namespace, owner) == 403
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding,clusterrole", weaker, "--ignore-not-found")
