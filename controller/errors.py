@@ -128,3 +128,24 @@ def error_from_status(status: int, body: Mapping[str, Any] | None = None) -> Api
 
 def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, Retryable)
+
+
+def is_namespace_terminating(exc: BaseException) -> bool:
+    """A create refused because its namespace is being deleted: everything in it,
+    the would-be owner included, is about to go."""
+    if not isinstance(exc, Forbidden):
+        return False
+    causes = exc.details.get("causes")
+    return isinstance(causes, list) and any(
+        isinstance(c, Mapping) and c.get("reason") == "NamespaceTerminating" for c in causes
+    )
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """The request itself is refused (400, 403, 404, 422): sending it again unchanged
+    will not help until someone changes the spec, a quota, a policy or the RBAC. 401,
+    409, 410, 429, 5xx and connection failures are not (credentials rotate, conflicts
+    and overload pass)."""
+    return isinstance(exc, BadRequest | Forbidden | NotFound | Invalid) and not (
+        is_namespace_terminating(exc)
+    )

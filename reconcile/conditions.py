@@ -95,6 +95,10 @@ def msg_deadline(name: str) -> str:
     return f"Job {name} has failed because it was active longer than specified deadline"
 
 
+def msg_create_failed(namespace: str, name: str, detail: str) -> str:  # ours, not upstream's
+    return f"TFJob {namespace}/{name} has failed because {detail}"
+
+
 def msg_suspended(name: str) -> str:  # "TFJob %s is suspended."
     return f"TFJob {name} is suspended."
 

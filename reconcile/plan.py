@@ -27,6 +27,7 @@ from reconcile import conditions as cond
 from reconcile.children import foreign_pods, new_pods, service_diff, template_overrides, unique
 from reconcile.cleanup import Cleanup, cleanup_deletions, finished_cleanup, finishing_cleanup
 from reconcile.conditions import ConditionEvent
+from reconcile.failures import PersistentFailure
 from reconcile.labels import DEFAULT_OPERATOR_NAME
 from reconcile.models import TFJob
 from reconcile.names import CleanPodPolicy, ReplicaType
@@ -42,7 +43,7 @@ from reconcile.status import (
     suspended_status,
 )
 from reconcile.status_types import JobStatus, ReplicaStatus, stored_now
-from reconcile.verdict import decide
+from reconcile.verdict import Verdict, decide
 
 #: What the plan asks the orchestrator to record, once the status is stored.
 EventIntent = ConditionEvent
@@ -71,6 +72,8 @@ class Snapshot:
     pods: list[JSON]  # pods whose controller ownerReference UID is the job's
     services: list[JSON]  # services likewise
     now: datetime  # tz-aware UTC
+    #: creates the apiserver has refused for longer than the grace (reconcile.failures)
+    failure: PersistentFailure | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,9 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
     clock = active_clock(old, tfjob.name, now)
     outcomes = _account(snap, tfjob, old, config, resumed_at=clock.resumed_at)
     verdict, deadline_in = decide(tfjob, outcomes, clock.start_time, snap.now)
+    if verdict is None and snap.failure is not None:
+        message = cond.msg_create_failed(tfjob.namespace, tfjob.name, snap.failure.message)
+        verdict = Verdict(False, message, cond.WARNING, failure_reason=snap.failure.reason)
     new = calculate_status(old, outcomes, verdict, now, job=tfjob, clock=clock)
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
     plan = _status_plan(old, new, failed_event_type=failed_event_type)

@@ -37,6 +37,7 @@ from controller.types import (
     split_key,
 )
 from reconcile import conditions as cond
+from reconcile.failures import CreateFailures
 from reconcile.keys import expectation_keys, pods_key, services_key
 from reconcile.metrics import JobMetrics
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
@@ -46,6 +47,8 @@ from reconcile.writes import ChildWrites, Outcome, delete_job, write_status
 #: How long to wait before looking again at a job whose writes are not yet observed.
 #: The observing informer event re-enqueues the key sooner; this is the safety net.
 UNSATISFIED_RECHECK_SECONDS = 5.0
+#: How long a job's creates may keep failing permanently before the job fails.
+DEFAULT_FAILED_CREATE_GRACE = 120.0
 
 
 @dataclass
@@ -76,6 +79,7 @@ class TFJobReconciler:
         config: PlanConfig | None = None,
         metrics: JobMetrics | None = None,
         max_concurrent_writes: int = 64,
+        failed_create_grace: float = DEFAULT_FAILED_CREATE_GRACE,
     ) -> None:
         self.caches = caches
         self.writers = writers
@@ -94,6 +98,7 @@ class TFJobReconciler:
             expectations=expectations,
             events=events,
             spawner=spawner,
+            failures=CreateFailures(clock, grace_seconds=failed_create_grace),
             max_concurrent=max_concurrent_writes,
         )
 
@@ -106,6 +111,7 @@ class TFJobReconciler:
                 self.expectations.delete(k)
             self.specs.forget(key)
             self.pacer.forget(key)
+            self._children.failures.forget(key)
             return _done("gone")
         # 2. A job being deleted is left to the garbage collector.
         if (raw.get("metadata") or {}).get("deletionTimestamp"):
@@ -121,7 +127,9 @@ class TFJobReconciler:
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
         # 5. The job read once, and the plan: pure.
         view = self.specs.read(key, raw)
-        plan = compute_plan(Snapshot(view, pods, services, self.clock.now()), self.config)
+        failure = self._children.failures.persistent(key, uid)
+        snap = Snapshot(view, pods, services, self.clock.now(), failure=failure)
+        plan = compute_plan(snap, self.config)
         if plan.skip_reason:
             structlog.contextvars.bind_contextvars(outcome=plan.skip_reason)
         # 6. Apply it: deletes in the pass, creates handed to the background.

@@ -34,6 +34,8 @@ class Verdict:
     message: str
     #: the Failed event is a Warning for an exit-code failure (upstream), Normal otherwise
     event_type: str = cond.NORMAL
+    #: the Failed condition's reason when it is not upstream's TFJobFailed
+    failure_reason: str | None = None
 
     @property
     def cond_type(self) -> str:
@@ -41,7 +43,9 @@ class Verdict:
 
     @property
     def reason(self) -> str:
-        return cond.REASON_SUCCEEDED if self.succeeded else cond.REASON_FAILED
+        if self.succeeded:
+            return cond.REASON_SUCCEEDED
+        return self.failure_reason or cond.REASON_FAILED
 
 
 def in_status_order(rtypes: Mapping[str, object]) -> list[str]:

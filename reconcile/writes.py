@@ -8,7 +8,10 @@ Rules every write here keeps:
 - the status PUT carries the cached resourceVersion, so a stale write fails with Conflict
   and the pass is retried from a fresh cache read;
 - each failed child write is reported once: a Warning event (upstream's FailedCreate* /
-  FailedDelete*) and a log line.
+  FailedDelete*) and a log line; a create refused permanently is also counted towards
+  failing the job (reconcile.failures);
+- a create refused because the namespace is being deleted is dropped quietly: the job
+  goes with the namespace.
 Deletes run in the pass, concurrently up to a bound; creates are spawned (Spawner) so the
 pass does not wait on them, and a failed create raises inside its spawned work.
 """
@@ -26,6 +29,7 @@ import structlog
 from controller import errors
 from controller.types import JSON, EventSink, Expectations, ObjectWriter, Spawner
 from reconcile import conditions as cond
+from reconcile.failures import CreateFailures
 from reconcile.keys import pods_key, services_key
 from reconcile.plan import Plan
 from reconcile.spec import JobView
@@ -65,6 +69,7 @@ class ChildWrites:
         expectations: Expectations,
         events: EventSink,
         spawner: Spawner,
+        failures: CreateFailures,
         max_concurrent: int = 64,
     ) -> None:
         self._pods = pods
@@ -72,6 +77,7 @@ class ChildWrites:
         self._expectations = expectations
         self._events = events
         self._spawner = spawner
+        self.failures = failures
         self._max_concurrent = max_concurrent
 
     async def apply(self, key: str, job: JobView, plan: Plan, outcome: Outcome) -> None:
@@ -88,7 +94,7 @@ class ChildWrites:
         # pods are what start running, so they should be the last to wait.
         for child, bodies in ((services, plan.create_services), (pods, plan.create_pods)):
             for body in bodies:
-                self._spawner.spawn(key, self._creator(job, child, body, outcome))
+                self._spawner.spawn(key, self._creator(key, job, child, body, outcome))
                 outcome.handed_off += 1
         deletes = [self._deleter(job, pods, p, outcome) for p in plan.delete_pods]
         deletes += [self._deleter(job, services, s, outcome) for s in plan.delete_services]
@@ -105,7 +111,7 @@ class ChildWrites:
                 tg.start_soon(bounded, fn)
 
     def _creator(
-        self, job: JobView, child: _Child, body: JSON, outcome: Outcome
+        self, key: str, job: JobView, child: _Child, body: JSON, outcome: Outcome
     ) -> Callable[[], Awaitable[None]]:
         meta = body["metadata"]
 
@@ -113,12 +119,19 @@ class ChildWrites:
             namespace = meta.get("namespace") or job.namespace
             # AlreadyExists: deterministic names, so it is there already, and no create
             # event of ours will arrive for this attempt.
-            if await self._write(
-                job, child, "Create", meta["name"], outcome,
-                lambda: child.writer.create(namespace, body),
-                lambda: self._expectations.creation_observed(child.exp_key),
-                harmless=(errors.AlreadyExists,),
-            ):  # fmt: skip
+            try:
+                created = await self._write(
+                    job, child, "Create", meta["name"], outcome,
+                    lambda: child.writer.create(namespace, body),
+                    lambda: self._expectations.creation_observed(child.exp_key),
+                    harmless=(errors.AlreadyExists,),
+                )  # fmt: skip
+            except Exception as e:
+                if errors.is_permanent(e):
+                    self.failures.failed(key, job.uid, child.kind, meta["name"], short_error(e))
+                raise
+            if created:
+                self.failures.created(key, job.uid)
                 outcome.created += 1
 
         return create
@@ -165,6 +178,13 @@ class ChildWrites:
         except harmless:
             observed()
             return False
+        except errors.Forbidden as e:
+            observed()
+            if errors.is_namespace_terminating(e):
+                log.debug("namespace terminating", kind=child.kind, name=name)
+                return False
+            self._failed(job, outcome, verb, child.kind, name, e)
+            raise
         except Exception as e:
             observed()
             self._failed(job, outcome, verb, child.kind, name, e)

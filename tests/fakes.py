@@ -33,7 +33,7 @@ class RecordingEvents:
 
 class RecordingWriter:
     """An ObjectWriter that records every write. Creates wait for ``release`` (set by
-    default); names in ``fail`` fail with a server error; deletes of UIDs not in
+    default); names in ``fail`` fail with ``error`` (a server error unless set); deletes of UIDs not in
     ``live`` answer NotFound when ``strict_deletes`` is set."""
 
     def __init__(
@@ -46,6 +46,9 @@ class RecordingWriter:
         self.created: list[str] = []
         self.deleted: list[str] = []
         self.fail: set[str] = set()
+        self.error: Callable[[], Exception] = lambda: errors.ServerError(
+            500, "InternalError", "boom"
+        )
         self.statuses: list[dict[str, Any]] = []
         self.create_attempts = 0
 
@@ -54,7 +57,7 @@ class RecordingWriter:
         await self.release.wait()
         name = body["metadata"]["name"]
         if name in self.fail:
-            raise errors.ServerError(500, "InternalError", "boom")
+            raise self.error()
         self.created.append(name)
         created = {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}"}}
         if self.on_create is not None:

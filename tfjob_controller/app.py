@@ -52,7 +52,7 @@ from reconcile.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.pacing import STATUS_PACE_SECONDS
 from reconcile.plan import PlanConfig
 from reconcile.slim import slim_pod, slim_service
-from reconcile.tfjob import Caches, TFJobReconciler, Writers
+from reconcile.tfjob import DEFAULT_FAILED_CREATE_GRACE, Caches, TFJobReconciler, Writers
 
 log = structlog.get_logger("tfjob-controller")
 
@@ -123,6 +123,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=360.0,
         help="cap of the replacement backoff in seconds (default 360)",
     )
+    p.add_argument(
+        "--failed-create-grace",
+        type=float,
+        default=DEFAULT_FAILED_CREATE_GRACE,
+        help="seconds a job's pod or service creates may keep failing with a permanent"
+        " error (400, 403, 404, 422) before the job fails"
+        f" (default {DEFAULT_FAILED_CREATE_GRACE:g})",
+    )
     add_server_flags(p)
     add_logging_flags(p)
     return p.parse_args(argv)
@@ -181,6 +189,7 @@ async def run(args: argparse.Namespace) -> int:
                 backoff_max_seconds=args.restart_backoff_max,
             ),
             metrics=job_metrics,
+            failed_create_grace=args.failed_create_grace,
         )
         ctrl = Controller(
             CONTROLLER_NAME,

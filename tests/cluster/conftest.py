@@ -7,7 +7,14 @@ import pytest
 from tests.cluster.kube import ControllerProcess, Kube
 from tests.conftest import Cluster
 
-BACKOFF_FLAGS = ("--restart-backoff-base=0.5", "--restart-backoff-max=2")
+#: Seconds a job's creates may be refused before it fails (120 by default).
+FAILED_CREATE_GRACE = 3
+
+BACKOFF_FLAGS = (
+    "--restart-backoff-base=0.5",
+    "--restart-backoff-max=2",
+    f"--failed-create-grace={FAILED_CREATE_GRACE}",
+)
 
 
 @pytest.fixture(scope="session")

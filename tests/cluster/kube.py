@@ -61,11 +61,13 @@ class ControllerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.health_port = 0
         self.metrics_port = 0
+        self.log_start = 0
 
     def start(self) -> None:
         self.health_port, self.metrics_port = cluster_mod.free_port(), cluster_mod.free_port()
         exe = Path(sys.executable).parent / "tfjob-controller"
         logf = open(self.log_path, "ab")
+        self.log_start = logf.tell()  # the log is shared with earlier runs
         self.proc = subprocess.Popen(
             [
                 str(exe),
@@ -96,6 +98,12 @@ class ControllerProcess:
                 return bool(r.status == 200)
         except OSError:
             return False
+
+    def log_text(self) -> str:
+        """What this process (since its last start) has logged."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self.log_start)
+            return f.read().decode(errors="replace")
 
     def metrics(self) -> str:
         with urllib.request.urlopen(

@@ -100,3 +100,58 @@ def test_names_of_every_length_either_fit_or_are_rejected_naming_the_limit(
         return want <= pods and want <= services
 
     wait_for(children_complete, 90, "every pod and service of every accepted job")
+
+
+def _refused_job(kube: Kube, namespace: str, name: str, container: dict[str, Any]) -> str:
+    job = make_job(name, chief="Never", workers=(2, "Never"))
+    job["spec"]["runPolicy"] = {"cleanPodPolicy": "All"}
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"] = {"spec": {"containers": [container]}}
+    return str(kube.create_tfjob(namespace, job)["metadata"]["name"])
+
+
+def _warnings(kube: Kube, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in kube.events(namespace)
+        if e["involvedObject"].get("name") == name and e["reason"] == reason
+    ]
+
+
+def _assert_failed_by_refusal(kube: Kube, namespace: str, name: str, apiserver_says: str) -> None:
+    (event, *_) = wait_for(
+        lambda: _warnings(kube, namespace, name, "FailedCreatePod"), 30, "FailedCreatePod"
+    )
+    assert event["type"] == "Warning" and apiserver_says in event["message"], event
+    failed = wait_job(kube, namespace, name, "Failed", timeout=60)
+    cond = condition(failed, "Failed")
+    assert cond is not None and cond["reason"] == "FailedCreatePod", cond
+    assert cond["message"].startswith(f"TFJob {namespace}/{name} has failed because pod ")
+    assert apiserver_says in cond["message"], cond["message"]
+    # cleanPodPolicy All: the pods that did start are removed, none is left holding a node
+    wait_for(lambda: not kube.pods(namespace, name), 30, "pods cleaned up")
+
+
+def test_a_create_the_pod_api_rejects_fails_the_job_with_its_message(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """422: a container field our schema leaves open and the Pod API refuses."""
+    bad = {**TEMPLATE["spec"]["containers"][0], "imagePullPolicy": "Sometimes"}
+    name = _refused_job(kube, namespace, "pod-api-422", bad)
+    _assert_failed_by_refusal(kube, namespace, name, 'Unsupported value: "Sometimes"')
+
+
+def test_a_create_a_limit_range_forbids_fails_the_job_with_its_message(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """403 from admission: the namespace's LimitRange caps a container at 1 CPU."""
+    kube.req(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/limitranges",
+        {
+            "metadata": {"name": "cap"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "1"}}]},
+        },
+    )
+    big = {**TEMPLATE["spec"]["containers"][0], "resources": {"limits": {"cpu": "2"}}}
+    name = _refused_job(kube, namespace, "limit-range-403", big)
+    _assert_failed_by_refusal(kube, namespace, name, "maximum cpu usage per Container is 1")

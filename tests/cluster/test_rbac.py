@@ -99,8 +99,10 @@ def test_least_privilege_rbac_runs_a_job_to_success(
             f"/apis/coordination.k8s.io/v1/namespaces/{SA_NS}/leases/tfjob-controller-rbac-test",
         )
         assert lease["spec"]["holderIdentity"]
-        log = limited.log_path.read_text()
-        assert "Forbidden" not in log and '"403' not in log, "the controller hit an RBAC denial"
+        log = limited.log_text()
+        # An RBAC denial reads 'pods is forbidden: User "system:serviceaccount:..." cannot
+        # create resource ...'; other 403s (a namespace being deleted) are not ours to fix.
+        assert " cannot " not in log, "the controller hit an RBAC denial"
     finally:
         assert limited.stop() == 0
         controller.start()

@@ -10,10 +10,12 @@ import anyio
 import pytest
 import structlog
 
+from controller import errors
 from controller.runtime import Controller
 from reconcile.keys import pods_key, services_key
 from reconcile.names import MANAGED_BY_MULTIKUEUE
 from reconcile.pacing import STATUS_PACE_SECONDS
+from reconcile.tfjob import DEFAULT_FAILED_CREATE_GRACE
 from tests.builders import make_pod, make_tfjob
 from tests.fakes import ReconcilerWorld
 
@@ -180,3 +182,83 @@ async def test_progress_only_status_is_paced() -> None:
         assert len(w.writer.statuses) == 4
         assert any(c["type"] == "Succeeded" for c in w.writer.statuses[-1]["conditions"])
         tg.cancel_scope.cancel()
+
+
+def _status_condition(w: ReconcilerWorld, type_: str) -> dict[str, Any] | None:
+    conds = w.writer.statuses[-1].get("conditions") or [] if w.writer.statuses else []
+    return next((c for c in conds if c["type"] == type_ and c["status"] == "True"), None)
+
+
+async def _fail_creates_for(w: ReconcilerWorld, seconds: float, attempts: int) -> None:
+    ctrl = Controller("tfjob", w.reconciler, clock=w.clock, queue=w.queue, background=w.background)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        for _ in range(attempts):
+            await ctrl.process(KEY)
+            await anyio.wait_all_tasks_blocked()
+            w.store_status()
+            w.clock.advance(seconds / attempts)
+        await ctrl.process(KEY)  # the pass that decides
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+
+
+QUOTA = 'pods "t-worker-1" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2'
+
+
+@pytest.mark.parametrize(
+    ("error", "fails"),
+    [
+        pytest.param(lambda: errors.Forbidden(403, "Forbidden", QUOTA), True, id="403-quota"),
+        pytest.param(lambda: errors.Invalid(422, "Invalid", "spec: Invalid"), True, id="422"),
+        pytest.param(lambda: errors.ServerError(500, "InternalError", "x"), False, id="500"),
+        pytest.param(lambda: errors.TooManyRequests(429, "TooManyRequests", "x"), False, id="429"),
+        pytest.param(lambda: errors.ConnectionFailed("timeout"), False, id="timeout"),
+    ],
+)
+async def test_creates_refused_permanently_past_the_grace_fail_the_job(
+    error: Any, fails: bool
+) -> None:
+    w = ReconcilerWorld(make_tfjob("t").chief().worker(2).clean_pod_policy("All").obj())
+    w.writer.fail, w.writer.error = {"t-worker-1"}, error
+    await _fail_creates_for(w, DEFAULT_FAILED_CREATE_GRACE + 1, attempts=4)
+    failed = _status_condition(w, "Failed")
+    if not fails:
+        assert failed is None, "a transient error never fails a job"
+        return
+    assert failed is not None
+    assert failed["reason"] == "FailedCreatePod"
+    assert failed["message"].startswith(
+        "TFJob ns/t has failed because pod t-worker-1 could not be created: "
+    )
+    assert str(error()) in failed["message"]
+    # one Warning per refused attempt, then the job's Failed transition, by the same reason
+    assert w.events.reasons.count("FailedCreatePod") == 4 + 1
+    assert "TFJobFailed" not in w.events.reasons
+    assert sorted(w.writer.deleted) == sorted(2 * ["t-chief-0", "t-worker-0"]), "cleanPodPolicy"
+
+
+async def test_a_create_that_succeeds_resets_the_grace() -> None:
+    w = ReconcilerWorld(make_tfjob("t").chief().worker(2).obj())
+    w.writer.fail, w.writer.error = {"t-worker-1"}, lambda: errors.Invalid(422, "Invalid", "x")
+    await _fail_creates_for(w, DEFAULT_FAILED_CREATE_GRACE - 10, attempts=3)
+    assert _status_condition(w, "Failed") is None, "within the grace"
+    w.writer.fail = set()
+    await _fail_creates_for(w, 20, attempts=1)
+    assert _status_condition(w, "Failed") is None
+    assert "t-worker-1" in w.writer.created
+
+
+async def test_a_create_refused_by_a_terminating_namespace_is_dropped_quietly() -> None:
+    w = ReconcilerWorld(make_tfjob("t").chief().obj())
+    w.writer.fail = {"t-chief-0"}
+    w.writer.error = lambda: errors.Forbidden(
+        403,
+        "Forbidden",
+        "unable to create new content in namespace ns because it is being terminated",
+        {"causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace"}]},
+    )
+    await _fail_creates_for(w, DEFAULT_FAILED_CREATE_GRACE + 1, attempts=3)
+    assert "FailedCreatePod" not in w.events.reasons
+    assert w.queue.num_requeues(KEY) == 0, "nothing to retry: the job goes with its namespace"
+    assert _status_condition(w, "Failed") is None
