@@ -99,6 +99,16 @@ def msg_create_failed(namespace: str, name: str, detail: str) -> str:  # ours, n
     return f"TFJob {namespace}/{name} has failed because {detail}"
 
 
+REASON_STATUS_UNREADABLE = "TFJobStatusUnreadable"
+
+
+def msg_status_unreadable(error: str) -> str:  # ours, not upstream's
+    return (
+        "The status cannot be read, so the job is left as it is (no pod or service is"
+        f" created or deleted, nothing is written) until the status is repaired: {error}"
+    )
+
+
 def msg_suspended(name: str) -> str:  # "TFJob %s is suspended."
     return f"TFJob {name} is suspended."
 

@@ -97,6 +97,12 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
         return Plan(skip_reason="managed-by-other")
     if view.deleting:
         return Plan(skip_reason="deleting")
+    if view.status_error is not None:
+        # Fail closed: the unreadable status may record a finished job, or restarts
+        # counted against backoffLimit; acting on "no status" would re-run the job.
+        message = cond.msg_status_unreadable(view.status_error)
+        event = ConditionEvent(cond.WARNING, cond.REASON_STATUS_UNREADABLE, message)
+        return Plan(events=[event], skip_reason="status-unreadable")
     if cond.is_finished(view.status.conditions):
         # The status is frozen at the moment the job finished: nothing is written here.
         done = finished_cleanup(view.run_policy, view.status, snap.pods, snap.services, snap.now)

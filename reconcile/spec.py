@@ -49,8 +49,10 @@ class JobView:
     uid: str
     generation: int | None
     deleting: bool
-    status: JobStatus  # the stored status, read leniently ("no status yet" if unreadable)
+    status: JobStatus  # the stored status (empty if there is none, or it is unreadable)
     spec: CheckedSpec
+    #: why the stored status cannot be read; the job is then left alone (fail closed)
+    status_error: str | None = None
 
     @property
     def tfjob(self) -> TFJob | None:
@@ -101,6 +103,7 @@ def read_job(raw: JSON, checked: CheckedSpec | None = None) -> JobView:
     meta = raw.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     generation = meta.get("generation")
+    status, status_error = JobStatus.read(raw.get("status"))
     return JobView(
         raw=raw,
         name=str(meta.get("name", "")),
@@ -110,8 +113,9 @@ def read_job(raw: JSON, checked: CheckedSpec | None = None) -> JobView:
         if isinstance(generation, int) and not isinstance(generation, bool)
         else None,
         deleting=bool(meta.get("deletionTimestamp")),
-        status=JobStatus.from_json(raw.get("status")),
+        status=status,
         spec=checked if checked is not None else check_spec(raw),
+        status_error=status_error,
     )
 
 

@@ -80,6 +80,15 @@ Time = Annotated[
 ]
 
 
+#: A counter in status: never negative (a hand edit that makes one so is unreadable).
+Count = Annotated[int, Field(ge=0)]
+#: "0-2,5": comma-separated indexes and index ranges (see parse_indexes).
+INDEXES_PATTERN = r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"
+Indexes = Annotated[
+    str, Field(pattern=INDEXES_PATTERN, json_schema_extra={"pattern": INDEXES_PATTERN})
+]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         frozen=True,
@@ -102,7 +111,7 @@ class IndexRetry(_Model):
     """Durable retry state of one (replica type, index)."""
 
     #: Failures since the backoff was last reset; the replacement delay grows with it.
-    failures: int = 0
+    failures: Count = 0
     #: When the last counted failure happened; the replacement is due this + backoff.
     last_failure_time: Time | None = None
     #: UID of the last pod whose end (failure or disruption) has been accounted, so the
@@ -111,28 +120,28 @@ class IndexRetry(_Model):
     #: The pod whose container restartCounts are folded into restarts so far.
     pod_uid: str | None = Field(default=None, alias="podUID")
     #: The restartCount total of podUID already folded into restarts.
-    container_restarts: int = 0
+    container_restarts: Count = 0
 
 
 class ReplicaStatus(_Model):
-    active: int = 0
-    succeeded: int = 0
-    failed: int = 0
+    active: Count = 0
+    succeeded: Count = 0
+    failed: Count = 0
     label_selector: dict[str, Any] | None = None
     selector: str | None = None
     #: Retries counted against runPolicy.backoffLimit: pod recreations after a failure plus
     #: container restarts done in place.
-    restarts: int = 0
+    restarts: Count = 0
     #: Pods replaced because something outside the job ended them (eviction, preemption,
     #: deletion); not counted against backoffLimit.
-    disruptions: int = 0
+    disruptions: Count = 0
     #: Indexes whose pod succeeded, e.g. "0-2,5"; they are never run again.
-    succeeded_indexes: str = ""
+    succeeded_indexes: Indexes = ""
     #: Indexes that failed for good (restartPolicy Never, or a permanent ExitCode).
-    failed_indexes: str = ""
+    failed_indexes: Indexes = ""
     #: Indexes whose pod was running when this status was written, e.g. "0-3": a pod that
     #: disappears from one of them without having been seen ending is a disruption.
-    active_indexes: str = ""
+    active_indexes: Indexes = ""
     #: Per-index retry state, keyed by index; only indexes with a history appear.
     index_retries: dict[str, IndexRetry] = Field(default_factory=dict)
 
@@ -147,14 +156,25 @@ class JobStatus(_Model):
     observed_generation: int | None = None
 
     @classmethod
+    def read(cls, obj: object) -> tuple[JobStatus, str | None]:
+        """Parse a stored status: the status, and why it cannot be read (None when it
+        can). No status at all is an empty one; an unreadable one is *not*: it may be
+        the record of a finished job, and reading it as empty would re-run the job."""
+        if obj is None:
+            return cls(), None
+        if not isinstance(obj, dict):
+            return cls(), f"status: must be an object, not {type(obj).__name__}"
+        try:
+            return cls.model_validate(obj), None
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in ("status", *first["loc"]))
+            return cls(), f"{where}: {first['msg']} (got {first.get('input')!r:.80})"
+
+    @classmethod
     def from_json(cls, obj: object) -> JobStatus:
         """Parse a stored status; anything unreadable counts as "no status yet"."""
-        if not isinstance(obj, dict):
-            return cls()
-        try:
-            return cls.model_validate(obj)
-        except ValidationError:
-            return cls()
+        return cls.read(obj)[0]
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body written to the status subresource (Go ``omitempty`` style)."""

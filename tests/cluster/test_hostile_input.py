@@ -155,3 +155,34 @@ def test_a_create_a_limit_range_forbids_fails_the_job_with_its_message(
     big = {**TEMPLATE["spec"]["containers"][0], "resources": {"limits": {"cpu": "2"}}}
     name = _refused_job(kube, namespace, "limit-range-403", big)
     _assert_failed_by_refusal(kube, namespace, name, "maximum cpu usage per Container is 1")
+
+
+def test_an_unreadable_status_on_a_finished_job_fails_closed(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """A hand edit leaves a Succeeded job's status unreadable (the schema lets a year-0
+    timestamp through): the job is not re-run, nothing is written, a Warning says why."""
+    job = make_job("garbled", chief="Never", workers=(1, "Never"))
+    job["spec"]["runPolicy"] = {"cleanPodPolicy": "All"}
+    name = kube.create_tfjob(namespace, job)["metadata"]["name"]
+    wait_for(lambda: len(kube.pods(namespace, name)) == 2, 30, "2 pods")
+    wait_for(
+        lambda: all(p["status"].get("phase") == "Running" for p in kube.pods(namespace, name)),
+        30,
+        "pods running",
+    )
+    kube.exit_pod(namespace, f"{name}-chief-0", 0)
+    done = wait_job(kube, namespace, name, "Succeeded")
+    wait_for(lambda: not kube.pods(namespace, name), 30, "pods cleaned up")
+
+    garbled = {**done, "status": {**done["status"], "startTime": "0000-01-01T00:00:00Z"}}
+    stored = kube.req("PUT", f"{kube.tfjobs(namespace)}/{name}/status", garbled)
+    assert stored["status"]["startTime"] == "0000-01-01T00:00:00Z"
+    (event,) = wait_for(
+        lambda: _warnings(kube, namespace, name, "TFJobStatusUnreadable"), 15, "the Warning"
+    )
+    assert "status.startTime" in event["message"], event["message"]
+    settled(kube, controller, namespace, name)
+    assert kube.pods(namespace, name) == [] and kube.services(namespace, name) == []
+    after = kube.tfjob(namespace, name)
+    assert after is not None and after["status"] == stored["status"], "nothing was written"

@@ -107,3 +107,44 @@ def test_the_cache_is_bounded() -> None:
     for name in ("a", "b", "c"):
         cache.read(f"ns/{name}", make_tfjob(name).worker(1).obj())
     assert len(cache) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        pytest.param(None, None, id="none-yet"),
+        pytest.param({}, None, id="empty"),
+        pytest.param("garbage", "status: must be an object, not str", id="not-an-object"),
+        pytest.param({"startTime": "0000-01-01T00:00:00Z"}, "status.startTime", id="bad-time"),
+        pytest.param(
+            {"replicaStatuses": {"Worker": {"active": -5}}},
+            "status.replicaStatuses.Worker.active",
+            id="negative-count",
+        ),
+        pytest.param(
+            {"replicaStatuses": {"Worker": {"succeededIndexes": "all of them"}}},
+            "status.replicaStatuses.Worker.succeededIndexes",
+            id="bad-indexes",
+        ),
+    ],
+)
+def test_an_unreadable_status_is_reported_not_read_as_empty(status: Any, error: str | None) -> None:
+    job = make_tfjob("t").worker(2).obj()
+    job["status"] = status
+    view = read_job(job)
+    if error is None:
+        assert view.status_error is None
+    else:
+        assert view.status_error is not None and view.status_error.startswith(error)
+
+
+def test_a_job_with_an_unreadable_status_is_left_alone_with_a_warning() -> None:
+    job = make_tfjob("t").clean_pod_policy("All").worker(2).obj()
+    job["status"] = {"conditions": [], "startTime": "0000-01-01T00:00:00Z"}
+    plan = compute_plan(Snapshot(read_job(job), [], [], at(10**9)), PlanConfig())
+    assert plan.create_pods == [] and plan.create_services == [] and plan.status is None
+    assert plan.delete_pods == [] and not plan.delete_job
+    assert plan.skip_reason == "status-unreadable"
+    (event,) = plan.events
+    assert (event.type, event.reason) == ("Warning", "TFJobStatusUnreadable")
+    assert "status.startTime" in event.message
