@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.cluster.kube import ControllerProcess, Kube, condition, wait_for, wait_job
+from tests.cluster.kube import (
+    ControllerProcess,
+    Kube,
+    condition,
+    wait_for,
+    wait_job,
+    wait_running,
+)
 from tests.cluster.policy_helpers import TEMPLATE, make_job, settled
 
 LABEL = "training.kubeflow.org/"
@@ -24,11 +31,7 @@ def test_zero_replica_chief_counts_as_absent_and_worker0_decides(
     assert roles == ["master", None], "worker 0 coordinates when the Chief has no pods"
     settled(kube, controller, namespace, name)
     assert not condition(kube.tfjob(namespace, name), "Succeeded"), "0 of 0 is not success"
-    wait_for(
-        lambda: all(p["status"].get("phase") == "Running" for p in kube.pods(namespace, name)),
-        30,
-        "workers running",
-    )
+    wait_running(kube, namespace, name, 2)
     kube.exit_pod(namespace, f"{name}-worker-0", 0)
     done = wait_job(kube, namespace, name, "Succeeded")
     assert done["status"]["replicaStatuses"]["Worker"]["succeeded"] >= 1
@@ -165,12 +168,7 @@ def test_an_unreadable_status_on_a_finished_job_fails_closed(
     job = make_job("garbled", chief="Never", workers=(1, "Never"))
     job["spec"]["runPolicy"] = {"cleanPodPolicy": "All"}
     name = kube.create_tfjob(namespace, job)["metadata"]["name"]
-    wait_for(lambda: len(kube.pods(namespace, name)) == 2, 30, "2 pods")
-    wait_for(
-        lambda: all(p["status"].get("phase") == "Running" for p in kube.pods(namespace, name)),
-        30,
-        "pods running",
-    )
+    wait_running(kube, namespace, name, 2)
     kube.exit_pod(namespace, f"{name}-chief-0", 0)
     done = wait_job(kube, namespace, name, "Succeeded")
     wait_for(lambda: not kube.pods(namespace, name), 30, "pods cleaned up")
