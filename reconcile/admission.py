@@ -15,6 +15,8 @@ from reconcile.names import (
     DNS1035_LABEL_PATTERN,
     MAX_CONTAINER_NAME_LENGTH,
     MAX_CONTAINERS,
+    MAX_ENV_VARS,
+    MAX_PORTS,
     MAX_TOTAL_REPLICAS,
     ReplicaType,
 )
@@ -35,9 +37,26 @@ def rule(rule: str, message: str, *, field_path: str | None = None) -> dict[str,
     return out
 
 
-# The pod template is schema-less except for what admission must check: its
-# containers (list-map keyed by name, as in the Pod API) with name and image.
-# Everything else is preserved untouched, never pruned.
+# The pod template is schema-less except for what the controller reads and admission
+# must check: its containers (list-map keyed by name, as in the Pod API) with name,
+# image, ports and env typed as the Pod API types them. Everything else is preserved
+# untouched, never pruned (preserve-unknown-fields holds inside each port and env var).
+PORT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "required": ["containerPort"],
+    "properties": {
+        "containerPort": {"type": "integer", **INT32, "minimum": 1, "maximum": 65535},
+        "name": {"type": "string", "maxLength": 15},
+        "protocol": {"type": "string", "enum": ["TCP", "UDP", "SCTP"]},
+    },
+}
+ENV_VAR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "required": ["name"],
+    "properties": {"name": {"type": "string", "minLength": 1}, "value": {"type": "string"}},
+}
 CONTAINER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "x-kubernetes-preserve-unknown-fields": True,
@@ -45,6 +64,8 @@ CONTAINER_SCHEMA: dict[str, Any] = {
     "properties": {
         "name": {"type": "string", "maxLength": MAX_CONTAINER_NAME_LENGTH},
         "image": {"type": "string", "minLength": 1},
+        "ports": {"type": "array", "maxItems": MAX_PORTS, "items": PORT_SCHEMA},
+        "env": {"type": "array", "maxItems": MAX_ENV_VARS, "items": ENV_VAR_SCHEMA},
     },
 }
 POD_TEMPLATE_SCHEMA: dict[str, Any] = {

@@ -69,6 +69,8 @@ CHIEF_TYPES: tuple[ReplicaType, ...] = (ReplicaType.CHIEF, ReplicaType.MASTER)
 
 MAX_REPLICA_TYPES = len(ReplicaType)
 MAX_CONTAINERS = 64
+MAX_PORTS = 64
+MAX_ENV_VARS = 1024
 # Container names are DNS-1123 labels; the Pod API rejects anything longer anyway.
 MAX_CONTAINER_NAME_LENGTH = 63
 DNS1035_LABEL_MAX_LENGTH = 63

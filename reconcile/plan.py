@@ -117,7 +117,16 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
         pods, services = cleanup_deletions(CleanPodPolicy.ALL, snap.pods, snap.services)
         plan = _status_plan(view.status, suspended_status(view.status, tfjob, now))
         return _with_children(plan, delete_pods=pods, delete_services=services)
-    return _active_plan(snap, tfjob, now, config)
+    try:
+        return _active_plan(snap, tfjob, now, config)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        # Validation checks every shape the planner reads; should an odd template get
+        # past it all the same, the job fails with the reason rather than the worker
+        # retrying a traceback forever.
+        message = f"{view.name} cannot be planned: {type(e).__name__}: {e}"
+        new = invalid_status(view.status, view.name, message, view.generation, now)
+        plan = _status_plan(view.status, new, failed_event_type=cond.WARNING)
+        return replace(plan, skip_reason="unplannable")
 
 
 def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> Plan:

@@ -235,6 +235,24 @@ def _validate_replica(path: str, rtype: str, rspec: ReplicaSpec) -> list[FieldEr
     return errors + _validate_template(f"{path}.template", rspec.template)
 
 
+def _validate_items(
+    path: str, container: Mapping[str, Any], field: str, key: str, kind: type
+) -> list[FieldError]:
+    """A list of objects each with a ``key`` of type ``kind`` (ports, env), if present."""
+    items = container.get(field)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        return [FieldError(path, f"must be a list, not {type(items).__name__}")]
+    for n, item in enumerate(items):
+        if not isinstance(item, dict):
+            return [FieldError(f"{path}[{n}]", f"must be an object, not {type(item).__name__}")]
+        value = item.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return [FieldError(f"{path}[{n}].{key}", f"must be {kind.__name__}")]
+    return []
+
+
 def _validate_template(path: str, template: Mapping[str, Any]) -> list[FieldError]:
     # The template is untyped JSON: check every shape before using it.
     pod_spec = template.get("spec")
@@ -268,6 +286,8 @@ def _validate_template(path: str, template: Mapping[str, Any]) -> list[FieldErro
         image = container.get("image")
         if not isinstance(image, str) or not image:
             errors.append(FieldError(f"{cpath}[{i}].image", "must be required"))
+        errors += _validate_items(f"{cpath}[{i}].ports", container, "ports", "containerPort", int)
+        errors += _validate_items(f"{cpath}[{i}].env", container, "env", "name", str)
     if DEFAULT_CONTAINER_NAME not in names:
         errors.append(
             FieldError(

@@ -364,6 +364,26 @@ REJECTED = [
         "with name tensorflow",
     ),
     (
+        lambda o: _containers(o)[0].update(ports=5),
+        "spec.tfReplicaSpecs.Worker.template.spec.containers[0].ports",
+        "must be of type array",
+    ),
+    (
+        lambda o: _containers(o)[0].update(env=5),
+        "spec.tfReplicaSpecs.Worker.template.spec.containers[0].env",
+        "must be of type array",
+    ),
+    (
+        lambda o: _containers(o)[0].update(ports=[{"name": "tfjob-port", "containerPort": "x"}]),
+        "spec.tfReplicaSpecs.Worker.template.spec.containers[0].ports[0].containerPort",
+        "must be of type integer",
+    ),
+    (
+        lambda o: _containers(o)[0].update(env=[{"value": "v"}]),
+        "spec.tfReplicaSpecs.Worker.template.spec.containers[0].env[0].name",
+        "Required",
+    ),
+    (
         lambda o: _containers(o)[0].pop("image"),
         "spec.tfReplicaSpecs.Worker.template.spec.containers[0].image",
         "Required",

@@ -850,3 +850,20 @@ def test_upstream_examples_materialise(path: Path) -> None:
             tf = next(c for c in pod["spec"]["containers"] if c["name"] == "tensorflow")
             has_config = any(e["name"] == "TF_CONFIG" for e in tf.get("env", []))
             assert has_config is (want != 1)
+
+
+def test_a_template_the_planner_cannot_use_fails_the_job_instead_of_raising(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import reconcile.plan as plan_mod
+
+    def odd(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("'int' object is not iterable")
+
+    monkeypatch.setattr(plan_mod, "new_pods", odd)
+    p = plan_for(make_tfjob("t").worker(2).obj())
+    assert p.skip_reason == "unplannable" and p.create_pods == []
+    assert p.status is not None
+    failed = [c for c in p.status["conditions"] if c["type"] == "Failed"]
+    assert failed and failed[0]["reason"] == "TFJobFailedValidation"
+    assert failed[0]["message"] == "t cannot be planned: TypeError: 'int' object is not iterable"

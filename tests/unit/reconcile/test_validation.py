@@ -169,6 +169,23 @@ def errors_for(mutate: Callable[[Obj], object]) -> list[FieldError]:
             "Required",
             id="no-pod-spec",
         ),
+        *(
+            pytest.param(
+                lambda o, f=field, v=value: containers(o)[0].update({f: v}),
+                f"spec.tfReplicaSpecs[Worker].template.spec.containers[0].{where}",
+                message,
+                id=f"{field}-{value!r}",
+            )
+            for field, value, where, message in [
+                ("ports", 5, "ports", "must be a list, not int"),
+                ("env", 5, "env", "must be a list, not int"),
+                ("ports", [5], "ports[0]", "must be an object"),
+                ("env", ["A=1"], "env[0]", "must be an object"),
+                ("ports", [{"containerPort": "80"}], "ports[0].containerPort", "must be int"),
+                ("ports", [{"name": "tfjob-port"}], "ports[0].containerPort", "must be int"),
+                ("env", [{"name": 5}], "env[0].name", "must be str"),
+            ]
+        ),
         pytest.param(
             lambda o: containers(o)[0].pop("image"),
             "spec.tfReplicaSpecs[Worker].template.spec.containers[0].image",
