@@ -100,6 +100,14 @@ def msg_create_failed(namespace: str, name: str, detail: str) -> str:  # ours, n
 
 
 REASON_STATUS_UNREADABLE = "TFJobStatusUnreadable"
+REASON_TAKEOVER = "TFJobValidationTolerated"
+
+
+def msg_takeover(errors: str) -> str:  # ours, not upstream's
+    return (
+        "Started before this controller took it over, so it is reconciled as the upstream"
+        f" operator would, though new jobs like it are rejected at admission: {errors}"
+    )
 
 
 def msg_status_unreadable(error: str) -> str:  # ours, not upstream's

@@ -109,6 +109,15 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
         return _cleanup_plan(done, skip_reason="finished" if done.idle else None)
     now = stored_now(snap.now)
     tfjob = view.tfjob
+    takeover: list[ConditionEvent] = []
+    if tfjob is None and view.spec.tolerated is not None and (snap.pods or view.status.conditions):
+        # Started under a controller that accepted it (upstream): failing it now for a
+        # rule of ours would strand its pods. Reconciled as upstream would, with a
+        # Warning naming the rules whenever the spec is new to us.
+        tfjob = view.spec.tolerated
+        if view.status.observed_generation != view.generation:
+            message = cond.msg_takeover(view.invalid_message or "")
+            takeover.append(ConditionEvent(cond.WARNING, cond.REASON_TAKEOVER, message))
     if tfjob is None:
         message = view.invalid_message or ""
         new = invalid_status(view.status, view.name, message, view.generation, now)
@@ -118,7 +127,8 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
         plan = _status_plan(view.status, suspended_status(view.status, tfjob, now))
         return _with_children(plan, delete_pods=pods, delete_services=services)
     try:
-        return _active_plan(snap, tfjob, now, config)
+        plan = _active_plan(snap, tfjob, now, config)
+        return replace(plan, events=[*takeover, *plan.events]) if takeover else plan
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
         # Validation checks every shape the planner reads; should an odd template get
         # past it all the same, the job fails with the reason rather than the worker

@@ -39,6 +39,9 @@ class CheckedSpec:
     tfjob: TFJob | None
     errors: tuple[FieldError, ...]
     run_policy: RunPolicy
+    #: an invalid job whose every error is a rule upstream did not enforce, defaulted:
+    #: what the planner runs when the job was started before we took it over
+    tolerated: TFJob | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,10 @@ def check_spec(raw: Mapping[str, Any]) -> CheckedSpec:
     if parsed is not None and not errors:
         defaulted = apply_defaults(parsed)
         return CheckedSpec(defaulted, (), defaulted.spec.run_policy or RunPolicy())
-    return CheckedSpec(None, tuple(errors), lenient_run_policy(raw))
+    tolerated = None
+    if parsed is not None and all(e.upstream_accepted for e in errors):
+        tolerated = apply_defaults(parsed)
+    return CheckedSpec(None, tuple(errors), lenient_run_policy(raw), tolerated)
 
 
 def lenient_run_policy(raw: Mapping[str, Any]) -> RunPolicy:

@@ -53,6 +53,9 @@ class FieldError:
 
     path: str
     message: str
+    #: a rule of ours that upstream did not enforce: a job it started is taken over
+    #: with a Warning, not failed (reconcile.plan)
+    upstream_accepted: bool = False
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
@@ -160,6 +163,7 @@ def _validate_child_names(name: str, specs: Mapping[str, ReplicaSpec]) -> list[F
             f"is too long for its replicas: pod and service {longest!r} would have"
             f" {len(longest)} characters, more than the {DNS1035_LABEL_MAX_LENGTH}"
             " of a DNS-1035 label",
+            upstream_accepted=True,
         )
     ]
 
@@ -172,6 +176,7 @@ def _validate_total_replicas(specs: Mapping[str, ReplicaSpec]) -> list[FieldErro
         FieldError(
             "spec.tfReplicaSpecs",
             f"asks for {total} replicas: must not ask for more than {MAX_TOTAL_REPLICAS} in all",
+            upstream_accepted=True,
         )
     ]
 
@@ -200,6 +205,7 @@ def _validate_replica_types(specs: Mapping[str, ReplicaSpec]) -> list[FieldError
                     f"spec.tfReplicaSpecs[{rtype}]",
                     "unknown replica type: must be one of Chief, Master, PS, Worker,"
                     " Evaluator (any case)",
+                    upstream_accepted=True,
                 )
             )
         elif lower in seen:
@@ -207,6 +213,7 @@ def _validate_replica_types(specs: Mapping[str, ReplicaSpec]) -> list[FieldError
                 FieldError(
                     f"spec.tfReplicaSpecs[{rtype}]",
                     f"duplicates replica type {seen[lower]!r} (keys are case-insensitive)",
+                    upstream_accepted=True,
                 )
             )
         seen.setdefault(lower, rtype)
@@ -221,9 +228,17 @@ def _validate_replica(path: str, rtype: str, rspec: ReplicaSpec) -> list[FieldEr
     errors = []
     if rspec.replicas is not None:
         if rspec.replicas < 0:
-            errors.append(FieldError(f"{path}.replicas", "must be greater than or equal to 0"))
+            errors.append(
+                FieldError(
+                    f"{path}.replicas", "must be greater than or equal to 0", upstream_accepted=True
+                )
+            )
         elif rtype.lower() in _CHIEF_TYPES and rspec.replicas > 1:
-            errors.append(FieldError(f"{path}.replicas", f"{rtype} replicas must be 0 or 1"))
+            errors.append(
+                FieldError(
+                    f"{path}.replicas", f"{rtype} replicas must be 0 or 1", upstream_accepted=True
+                )
+            )
     if rspec.restart_policy is not None and rspec.restart_policy not in _RESTART_POLICIES:
         allowed = ", ".join(p.value for p in RestartPolicy)
         errors.append(
@@ -291,7 +306,10 @@ def _validate_template(path: str, template: Mapping[str, Any]) -> list[FieldErro
     if DEFAULT_CONTAINER_NAME not in names:
         errors.append(
             FieldError(
-                cpath, f"must have at least one container with name {DEFAULT_CONTAINER_NAME}"
+                cpath,
+                f"must have at least one container with name {DEFAULT_CONTAINER_NAME}",
+                # enforced only since upstream v1.8's webhook: older jobs may lack it
+                upstream_accepted=True,
             )
         )
     return errors
