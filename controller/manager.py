@@ -53,11 +53,14 @@ class Manager:
         drain_timeout: float = 30.0,
         release_timeout: float = 5.0,
         handle_signals: bool = True,
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
         """``services`` are long-running coroutines started first and cancelled last
         (probe/metrics servers, the event recorder); each is started with
-        ``tg.start`` and must call ``task_status.started()``."""
+        ``tg.start`` and must call ``task_status.started()``. ``on_synced`` runs once
+        every informer has synced, before the lease is sought and workers start."""
         self.informers = list(informers)
+        self.on_synced = on_synced
         self.controllers = list(controllers)
         self.elector = elector
         self.services = list(services)
@@ -117,6 +120,8 @@ class Manager:
             for informer in self.informers:
                 await informer.wait_for_sync()
             log.info("caches synced", informers=[i.name for i in self.informers])
+            if self.on_synced is not None:
+                self.on_synced()
             if self.elector is not None:
                 await self.elector.acquire()
                 self._leading = True

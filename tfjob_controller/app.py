@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 import structlog
 
+from controller import heap
 from controller.api import ClientSettings, KubeApi
 from controller.background import Background
 from controller.clock import SystemClock
@@ -124,6 +125,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="cap of the replacement backoff in seconds (default 360)",
     )
     p.add_argument(
+        "--loop-lag-interval",
+        type=float,
+        default=0.1,
+        help="seconds between samples of the event loop's lag (event_loop_lag_seconds;"
+        " default 0.1)",
+    )
+    p.add_argument(
         "--failed-create-grace",
         type=float,
         default=DEFAULT_FAILED_CREATE_GRACE,
@@ -220,12 +228,13 @@ async def run(args: argparse.Namespace) -> int:
             return manager.caches_synced
 
         manager = Manager(
+            on_synced=heap.settle,
             informers=informers,
             controllers=[ctrl],
             elector=elector,
             services=[
                 recorder.run,
-                LoopLagMonitor(metrics.loop_lag.observe).run,
+                LoopLagMonitor(metrics.loop_lag.observe, interval=args.loop_lag_interval).run,
                 serve_probes(
                     metrics=metrics,
                     metrics_address=args.metrics_bind_address,
@@ -236,6 +245,7 @@ async def run(args: argparse.Namespace) -> int:
                 ),
             ],
         )
+        heap.settle()  # the imports and the objects built so far live as long as we do
         log.info(
             "starting",
             namespace=args.namespace or "(all)",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+import urllib.request
 from typing import Any
 
 from tests.cluster.kube import (
@@ -12,7 +15,8 @@ from tests.cluster.kube import (
     wait_job,
     wait_running,
 )
-from tests.cluster.policy_helpers import TEMPLATE, make_job, settled
+from tests.cluster.policy_helpers import TEMPLATE, make_job, metric, settled
+from tests.conftest import Cluster
 
 LABEL = "training.kubeflow.org/"
 
@@ -184,3 +188,99 @@ def test_an_unreadable_status_on_a_finished_job_fails_closed(
     assert kube.pods(namespace, name) == [] and kube.services(namespace, name) == []
     after = kube.tfjob(namespace, name)
     assert after is not None and after["status"] == stored["status"], "nothing was written"
+
+
+class HealthProbe(threading.Thread):
+    """Polls /healthz as a kubelet would, recording the slowest answer."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/healthz"
+        self.slowest = 0.0
+        self.failures = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            start = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as r:
+                    ok = r.status == 200
+            except OSError:
+                ok = False
+            self.slowest = max(self.slowest, time.monotonic() - start)
+            self.failures += not ok
+
+
+def _lag_buckets(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("event_loop_lag_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[le] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_the_largest_job_allowed_is_created_while_a_small_one_finishes(
+    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """1,000 replicas (the admission limit) are planned and created, while a small job
+    beside it still runs to Succeeded, /healthz answers within 1 s, the lease is held
+    and the event loop's lag stays under 100 ms at p99; 1,001 is refused."""
+    over = make_job("too-big", chief="Never", workers=(1000, "Never"))
+    status, body = kube.api.request("POST", kube.tfjobs(namespace), over)
+    assert status == 422 and "more than 1000 replicas" in body["message"], body
+
+    controller.stop()  # this test's controller runs with a lease and a faster client
+    lease = "tfjob-controller-scale-test"
+    big_ctl = ControllerProcess(
+        cluster,
+        "--leader-elect",
+        "--leader-election-namespace=default",
+        f"--leader-election-id={lease}",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
+        "--loop-lag-interval=0.02",  # enough samples for a p99 over a few seconds
+        log_name="tfjob-controller-scale",
+    )
+    big_ctl.start()
+    probe = HealthProbe(big_ctl.health_port)
+    try:
+        wait_for(lambda: metric(big_ctl.metrics(), "leader_election_master_status") == 1, 30,
+                 "the lease")  # fmt: skip
+        before = _lag_buckets(big_ctl.metrics())
+        probe.start()
+        big = make_job("big", chief="Never", workers=(999, "Never"))
+        # Nowhere to run: the point is planning and creating, not 1,000 kwok pods.
+        big["spec"]["tfReplicaSpecs"]["Worker"]["template"] = {
+            "spec": {**TEMPLATE["spec"], "nodeSelector": {"tfjob-test/none": "none"}}
+        }
+        kube.create_tfjob(namespace, big)
+        small = kube.create_tfjob(namespace, make_job("small", chief="Never", workers=(1, "Never")))
+        small_name = small["metadata"]["name"]
+        wait_running(kube, namespace, small_name, 2, timeout=60)
+        kube.exit_pod(namespace, f"{small_name}-chief-0", 0)
+        wait_job(kube, namespace, small_name, "Succeeded", timeout=60)
+        wait_for(
+            lambda: (
+                len(kube.pods(namespace, "big")) == 1000
+                and len(kube.services(namespace, "big")) == 1000
+            ),
+            180,
+            "1,000 pods and 1,000 services of the big job",
+        )
+        text = big_ctl.metrics()
+        assert big_ctl.proc is not None and big_ctl.proc.poll() is None
+        assert metric(text, "leader_election_master_status") == 1, "the lease was kept"
+        after = _lag_buckets(text)
+        samples = after["+Inf"] - before["+Inf"]
+        within = after["0.1"] - before["0.1"]
+        fast = after["0.025"] - before["0.025"]
+        print(f"loop lag: {samples:.0f} samples, {within / samples:.3f} <= 100 ms,"
+              f" {fast / samples:.3f} <= 25 ms; slowest /healthz {probe.slowest:.3f} s")  # fmt: skip
+        assert samples > 0 and within / samples >= 0.99, (within, samples, after)
+    finally:
+        probe.done.set()
+        assert big_ctl.stop() == 0
+        controller.start()
+    assert probe.failures == 0 and probe.slowest < 1.0, (probe.failures, probe.slowest)

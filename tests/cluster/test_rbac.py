@@ -127,11 +127,12 @@ def _create_child_as(cluster: Cluster, token: str, ns: str, owner: dict[str, Any
                 }
             ],
         },
-        "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "nowhere"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
     }
     ctx = ssl.create_default_context(cafile=str(cluster.dir / "pki" / "ca.crt"))
     request = urllib.request.Request(
-        f"{cluster.api.base}/api/v1/namespaces/{ns}/pods",
+        # dryRun: admission runs in full (the plugin included), nothing is stored
+        f"{cluster.api.base}/api/v1/namespaces/{ns}/pods?dryRun=All",
         data=json.dumps(pod).encode(),
         method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
