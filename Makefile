@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv binaries cluster cluster-down run test unit lint crd bench
+.PHONY: venv binaries cluster cluster-down run test unit lint crd bench fuzz lock
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -44,6 +44,21 @@ unit: venv
 # the real local control plane (left running afterwards for fast re-runs).
 test: lint cluster
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
+
+# The long fuzz runs (make test runs short seeded ones): 10,000 specs through the pure
+# path, 1,000 through the real apiserver and controller. TFJOB_FUZZ_SEED picks the seed.
+fuzz: cluster
+	TFJOB_FUZZ_EXAMPLES=10000 $(PY) -m pytest -p no:cacheprovider -s tests/unit/test_fuzz.py
+	TFJOB_KEEP_CLUSTER=1 TFJOB_FUZZ_CLUSTER_EXAMPLES=1000 $(PY) -m pytest -p no:cacheprovider -s \
+		tests/cluster/test_fuzz_cluster.py
+
+# The image's pinned, hashed dependencies (config/manager/requirements.lock), from
+# pyproject.toml's; run after changing them (tests/unit/test_packaging.py checks).
+lock: venv
+	$(PY) -m pip install --quiet uv
+	$(VENV)/bin/uv pip compile pyproject.toml --generate-hashes --no-header \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		-o config/manager/requirements.lock
 
 bench: binaries
 	hack/bench $(BENCH_ARGS)
