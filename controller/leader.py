@@ -14,6 +14,14 @@ Contract (client-go leaderelection, with its safety model: this is NOT fencing):
 - ``hold()`` renews every retry period and returns when it could not renew for
   ``renew_deadline`` (or saw another holder): the caller must stop all work at once
   and exit non-zero; lease_duration - renew_deadline (5s) is the margin for that.
+- Fencing by time: a renewal counts from the moment its attempt *started* (before the
+  GET), never from its response, and the whole attempt (GET and PUT together) is
+  bounded by what is left of the renew deadline, measured on our clock. Others count
+  our lease from when they see it change, which is after our PUT landed, so hold()
+  returns no later than renew_deadline after the start of the last renewal that
+  others could have seen, strictly before lease_duration after it. The 5 s between the
+  two cover stopping the work and a difference in clock rates between the replicas
+  (NTP-disciplined clocks differ by far less than 1%, 0.15 s over a lease).
 - ``release()`` (graceful shutdown, after work has drained) writes an empty holder
   with leaseDurationSeconds=1 so a follower does not wait out the full lease.
 - Each API call is bounded by a timeout shorter than the renew deadline, so a hung
@@ -78,7 +86,8 @@ class LeaseElector:
         self._on_change = on_change
         self._observed: JSON | None = None  # last seen spec
         self._observed_at = 0.0  # monotonic time it last changed
-        self._last_renew = 0.0
+        self._last_renew = 0.0  # start of the last successful attempt
+        self.attempt_started = 0.0
         self._leading = False
         self._log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
 
@@ -102,19 +111,38 @@ class LeaseElector:
         return self._clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     async def _bounded(self, seconds: float, call: Callable[[], Awaitable[T]]) -> T:
-        try:
-            with anyio.fail_after(max(seconds, 0.1)):
-                return await call()
-        except TimeoutError as exc:
-            raise errors.ConnectionFailed(f"lease call timed out after {seconds:.1f}s") from exc
+        """``call()``, given up after ``seconds`` on our clock (ConnectionFailed)."""
+        outcome: list[T] = []
+        failure: list[BaseException] = []
+        async with anyio.create_task_group() as tg:
+
+            async def attempt() -> None:
+                try:
+                    outcome.append(await call())
+                except Exception as exc:
+                    failure.append(exc)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(attempt)
+            await self._clock.sleep(max(seconds, 0.0))
+            tg.cancel_scope.cancel()
+        if failure:
+            raise failure[0]
+        if not outcome:
+            raise errors.ConnectionFailed(f"lease attempt timed out after {seconds:.1f}s")
+        return outcome[0]
 
     async def try_acquire_or_renew(self, budget: float | None = None) -> bool:
-        """One attempt, each call bounded by ``budget`` seconds. True when we hold the
-        lease afterwards."""
+        """One attempt (the GET and the write together) bounded by ``budget`` seconds.
+        True when we hold the lease afterwards; ``attempt_started`` is when it began."""
         budget = self.renew_deadline if budget is None else budget
+        self.attempt_started = self._clock.monotonic()
+        return await self._bounded(budget, self._attempt)
+
+    async def _attempt(self) -> bool:
         now = self._micro_time()
         ns, name = self.namespace, self.name
-        lease = await self._bounded(budget, lambda: self._leases.get(ns, name))
+        lease = await self._leases.get(ns, name)
         if lease is None:
             first: dict[str, Any] = {
                 "holderIdentity": self.identity,
@@ -130,7 +158,7 @@ class LeaseElector:
                 "spec": first,
             }
             try:
-                await self._bounded(budget, lambda: self._leases.create(ns, body))
+                await self._leases.create(ns, body)
             except errors.Conflict:  # AlreadyExists: someone else created it first
                 return False
             self._observe(first)
@@ -153,7 +181,7 @@ class LeaseElector:
         }
         body = {**lease, "spec": new_spec}
         try:
-            await self._bounded(budget, lambda: self._leases.replace(ns, name, body))
+            await self._leases.replace(ns, name, body)
         except errors.Conflict:
             return False
         self._observe(new_spec)
@@ -176,7 +204,7 @@ class LeaseElector:
             except errors.ApiError as exc:
                 self._log.warning("lease acquire failed", error=str(exc))
             await self._clock.sleep(self._retry_delay())
-        self._last_renew = self._clock.monotonic()
+        self._last_renew = self.attempt_started
         self._set_leading(True)
         self._log.info("leader acquired")
 
@@ -197,14 +225,16 @@ class LeaseElector:
                     self._log.warning("lease renew failed", error=str(exc))
                     renewed = False
                 if renewed:
-                    self._last_renew = self._clock.monotonic()
+                    self._last_renew = self.attempt_started
                     break
                 holder = (self._observed or {}).get("holderIdentity")
                 if holder and holder != self.identity:
                     self._set_leading(False)
                     self._log.error("leader lost: lease taken", holder=holder)
                     return
-                await self._clock.sleep(min(self.retry_period, max(remaining, 0.0)))
+                # what is left now, after the failed attempt, not before it
+                left = self._last_renew + self.renew_deadline - self._clock.monotonic()
+                await self._clock.sleep(min(self.retry_period, max(left, 0.0)))
 
     async def release(self) -> None:
         """Give the lease up, if we hold it. Call only after guarded work has stopped."""

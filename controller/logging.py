@@ -62,6 +62,10 @@ _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+#: Every pattern above needs one of these words (or the start of a JWT) to match.
+_MAYBE_SECRET = re.compile(
+    r"(?i)authorization|bearer|basic|eyJ|private key|passw|token|secret|api[_-]?key|client[_-]?key"
+)
 #: Credentials this process holds (the client adds each one it sends), removed
 #: verbatim: a bare token has no shape to recognise it by.
 _known_secrets: set[str] = set()
@@ -80,6 +84,8 @@ def redact(text: str) -> str:
     for secret in _known_secrets:
         if secret in text:
             text = text.replace(secret, _REDACTED)
+    if _MAYBE_SECRET.search(text) is None:  # one scan: most log values hold no secret
+        return text
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text

@@ -19,6 +19,7 @@ construction: queue → background work → reconciler → controller.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -144,11 +145,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+#: The Lease's own client: no client-side rate limit (it sends two requests per retry
+#: period) and a small pool of its own, so workload traffic can never delay a renewal.
+LEASE_CLIENT_SETTINGS = ClientSettings(
+    qps=0, pool_size=2, stream_pool_size=1, user_agent="tfjob-controller-leader-election"
+)
+
+
 async def run(args: argparse.Namespace) -> int:
     clock = SystemClock()
     settings = ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst)
     api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)
-    async with api:
+    async with api, contextlib.AsyncExitStack() as stack:
         metrics = Metrics()
         job_metrics = JobMetrics(metrics.registry)
         selector = f"{OPERATOR_NAME_LABEL}={DEFAULT_OPERATOR_NAME}"
@@ -214,8 +222,13 @@ async def run(args: argparse.Namespace) -> int:
 
         elector = None
         if args.leader_elect:
+            # The lease has a client of its own (connections, no token bucket: two
+            # requests per retry period), so a renewal never queues behind the workload's
+            # creates, deletes and events.
+            lease_api = KubeApi(api.configuration, LEASE_CLIENT_SETTINGS)
+            stack.push_async_callback(lease_api.close)
             elector = LeaseElector(
-                ResourceClient(api, LEASES),
+                ResourceClient(lease_api, LEASES),
                 namespace=args.leader_election_namespace or _pod_namespace(),
                 name=args.leader_election_id,
                 clock=clock,

@@ -200,3 +200,58 @@ async def test_leader_gauge_follows_acquire_lose_and_release() -> None:
     assert gauge() == 1
     await a.release()
     assert gauge() == 0, "released"
+
+
+class SlowLeases(FakeLeases):
+    """GETs take ``get_seconds`` on the fake clock; PUTs hang while ``hang`` is set."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.get_seconds = 0.0
+        self.hang = False
+
+    async def get(self, namespace: str | None, name: str) -> JSON | None:
+        await self.clock.sleep(self.get_seconds)
+        return await super().get(namespace, name)
+
+    async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+        if self.hang:
+            await anyio.Event().wait()
+        return await super().replace(namespace, name, body)
+
+
+async def test_a_slow_get_and_a_hung_put_never_outlast_the_lease() -> None:
+    """The renew deadline bounds the whole attempt and counts from before its request:
+    with a 6 s GET and a PUT that never answers, the leader stops 10 s after the start
+    of its last renewal, 5 s before any follower may take over (it used to go on for
+    19.5 s: each call got the full remaining budget, and renewals were timed from their
+    response)."""
+    clock = FakeClock()
+    leases = SlowLeases(clock)
+    a = elector(leases, clock, "a")
+    await a.acquire()
+    lost_at: list[float] = []
+    async with anyio.create_task_group() as tg:
+
+        async def hold() -> None:
+            await a.hold()
+            lost_at.append(clock.monotonic())
+
+        tg.start_soon(hold)
+        await anyio.wait_all_tasks_blocked()
+        # one renewal whose GET is slow: it counts from when it started, not ended
+        leases.get_seconds = 1.5
+        renewal_started = clock.monotonic() + 2.0
+        clock.advance(2.0)
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(1.5)
+        await anyio.wait_all_tasks_blocked()
+        leases.get_seconds, leases.hang = 6.0, True
+        with anyio.fail_after(5):
+            while not lost_at:
+                clock.advance(0.25)
+                await anyio.wait_all_tasks_blocked()
+    assert not a.leading
+    assert lost_at[0] <= renewal_started + 10.0 + 0.25, (renewal_started, lost_at)
+    assert lost_at[0] < renewal_started + 15.0 - 4.5
