@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -107,6 +107,29 @@ async def test_release_does_not_touch_someone_elses_lease() -> None:
     assert leases.holder() == "intruder"
 
 
+async def hold_until_lost(
+    a: LeaseElector, clock: FakeClock, before: Callable[[], Awaitable[None]], step: float
+) -> float:
+    """Run ``a.hold()``; once ``before()`` has set the scene, advance the clock by
+    ``step`` until hold returns. When it returned, on the fake clock."""
+    lost_at: list[float] = []
+    async with anyio.create_task_group() as tg:
+
+        async def hold() -> None:
+            await a.hold()
+            lost_at.append(clock.monotonic())
+
+        tg.start_soon(hold)
+        await anyio.wait_all_tasks_blocked()
+        await before()
+        with anyio.fail_after(5):
+            while not lost_at:
+                clock.advance(step)
+                await anyio.wait_all_tasks_blocked()
+    assert not a.leading
+    return lost_at[0]
+
+
 @pytest.mark.parametrize(
     "failure",
     [
@@ -118,27 +141,18 @@ async def test_hold_returns_after_renew_deadline_of_failures(failure: errors.Api
     clock, leases = FakeClock(), FakeLeases()
     a = elector(leases, clock, "a")
     await a.acquire()
-    start = clock.monotonic()
-    lost_at: list[float] = []
-    async with anyio.create_task_group() as tg:
+    last_ok = 0.0
 
-        async def hold() -> None:
-            await a.hold()
-            lost_at.append(clock.monotonic())
-
-        tg.start_soon(hold)
-        await anyio.wait_all_tasks_blocked()
+    async def one_renewal_then_failures() -> None:
+        nonlocal last_ok
         clock.advance(2.0)  # one good renewal
         await anyio.wait_all_tasks_blocked()
         leases.fail = failure
         last_ok = clock.monotonic()
-        with anyio.fail_after(5):
-            while not lost_at:
-                clock.advance(0.5)
-                await anyio.wait_all_tasks_blocked()
-    assert not a.leading
-    assert last_ok + 10.0 <= lost_at[0] <= last_ok + 10.0 + 2.5, (start, last_ok, lost_at)
-    assert lost_at[0] < last_ok + 15.0, "must give up before the lease can expire for others"
+
+    lost = await hold_until_lost(a, clock, one_renewal_then_failures, 0.5)
+    assert last_ok + 10.0 <= lost <= last_ok + 10.0 + 2.5, (last_ok, lost)
+    assert lost < last_ok + 15.0, "must give up before the lease can expire for others"
 
 
 async def test_hold_returns_when_lease_taken() -> None:
@@ -231,27 +245,17 @@ async def test_a_slow_get_and_a_hung_put_never_outlast_the_lease() -> None:
     leases = SlowLeases(clock)
     a = elector(leases, clock, "a")
     await a.acquire()
-    lost_at: list[float] = []
-    async with anyio.create_task_group() as tg:
+    renewal_started = clock.monotonic() + 2.0
 
-        async def hold() -> None:
-            await a.hold()
-            lost_at.append(clock.monotonic())
-
-        tg.start_soon(hold)
-        await anyio.wait_all_tasks_blocked()
+    async def slow_renewal_then_hung_put() -> None:
         # one renewal whose GET is slow: it counts from when it started, not ended
         leases.get_seconds = 1.5
-        renewal_started = clock.monotonic() + 2.0
         clock.advance(2.0)
         await anyio.wait_all_tasks_blocked()
         clock.advance(1.5)
         await anyio.wait_all_tasks_blocked()
         leases.get_seconds, leases.hang = 6.0, True
-        with anyio.fail_after(5):
-            while not lost_at:
-                clock.advance(0.25)
-                await anyio.wait_all_tasks_blocked()
-    assert not a.leading
-    assert lost_at[0] <= renewal_started + 10.0 + 0.25, (renewal_started, lost_at)
-    assert lost_at[0] < renewal_started + 15.0 - 4.5
+
+    lost = await hold_until_lost(a, clock, slow_renewal_then_hung_put, 0.25)
+    assert lost <= renewal_started + 10.0 + 0.25, (renewal_started, lost)
+    assert lost < renewal_started + 15.0 - 4.5
