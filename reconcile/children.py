@@ -15,7 +15,8 @@ from reconcile.cluster_spec import ClusterMember, cluster_layout, tf_port
 from reconcile.conditions import ConditionEvent
 from reconcile.labels import is_master_role, replica_name, replica_type_of
 from reconcile.models import TFJob
-from reconcile.pods import JobRef, build_pod, is_terminating, name_of, uid_of
+from reconcile.names import CHIEF_TYPES
+from reconcile.pods import LIVE_PHASES, JobRef, build_pod, is_terminating, name_of, phase_of, uid_of
 from reconcile.services import build_service
 
 
@@ -79,6 +80,20 @@ def foreign_pods(job: TFJob, pods: Iterable[JSON]) -> list[JSON]:
         for p in pods
         if (rt := replica_type_of(p)) is not None and rt not in known and not is_terminating(p)
     ]
+
+
+def old_coordinator_alive(job: TFJob, pods: Iterable[JSON]) -> bool:
+    """A pod of a coordinator type the spec no longer has (Master renamed to Chief, or
+    back) is still pending, running or terminating: the new coordinator must wait for
+    it to be gone, or two would run at once."""
+    known = {rt.lower() for rt in job.replica_specs}
+    coordinators = {rt.lower() for rt in CHIEF_TYPES}
+    return any(
+        (rt := replica_type_of(p)) in coordinators
+        and rt not in known
+        and (phase_of(p) in LIVE_PHASES or is_terminating(p))
+        for p in pods
+    )
 
 
 def service_diff(

@@ -24,13 +24,20 @@ from datetime import datetime
 
 from controller.types import JSON
 from reconcile import conditions as cond
-from reconcile.children import foreign_pods, new_pods, service_diff, template_overrides, unique
+from reconcile.children import (
+    foreign_pods,
+    new_pods,
+    old_coordinator_alive,
+    service_diff,
+    template_overrides,
+    unique,
+)
 from reconcile.cleanup import Cleanup, cleanup_deletions, finished_cleanup, finishing_cleanup
 from reconcile.conditions import ConditionEvent
 from reconcile.failures import PersistentFailure
 from reconcile.labels import DEFAULT_OPERATOR_NAME
 from reconcile.models import TFJob
-from reconcile.names import CleanPodPolicy, ReplicaType
+from reconcile.names import CHIEF_TYPES, CleanPodPolicy, ReplicaType
 from reconcile.pods import group_by_replica
 from reconcile.restart import BackoffPolicy, ReplicaInput, ReplicaOutcome, account_replica
 from reconcile.spec import JobView
@@ -162,6 +169,10 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
         tfjob, snap.services, operator_name=config.operator_name
     )
     creates = {rt: o.create for rt, o in outcomes.items() if o.create}
+    if old_coordinator_alive(tfjob, snap.pods):
+        # delete first (foreign_pods below), create once the old one is gone: its
+        # deletion event brings the job back
+        creates = {rt: c for rt, c in creates.items() if rt not in CHIEF_TYPES}
     waits = [o.wait for o in outcomes.values() if o.wait is not None]
     if deadline_in is not None:
         waits.append(deadline_in)

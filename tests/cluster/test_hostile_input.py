@@ -10,6 +10,7 @@ from typing import Any
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,
+    PodHistory,
     condition,
     wait_for,
     wait_job,
@@ -284,3 +285,34 @@ def test_the_largest_job_allowed_is_created_while_a_small_one_finishes(
         assert big_ctl.stop() == 0
         controller.start()
     assert probe.failures == 0 and probe.slowest < 1.0, (probe.failures, probe.slowest)
+
+
+def test_renaming_master_to_chief_never_runs_both_coordinators(
+    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    with PodHistory(cluster, namespace) as history:
+        job = make_job("rename", workers=(1, "Never"))
+        job["spec"]["tfReplicaSpecs"]["Master"] = {
+            "replicas": 1, "restartPolicy": "Never", "template": TEMPLATE
+        }  # fmt: skip
+        name = kube.create_tfjob(namespace, job)["metadata"]["name"]
+        wait_running(kube, namespace, name, 2)
+        kube.patch_tfjob(
+            namespace,
+            name,
+            {
+                "spec": {
+                    "tfReplicaSpecs": {
+                        "Master": None,
+                        "Chief": {"replicas": 1, "restartPolicy": "Never", "template": TEMPLATE},
+                    }
+                }
+            },
+        )
+        wait_for(lambda: kube.pod(namespace, f"{name}-chief-0"), 30, "chief-0")
+        wait_for(lambda: kube.pod(namespace, f"{name}-master-0") is None, 30, "master-0 gone")
+        created = next(i for i, (t, n, _) in enumerate(history.events)
+                       if t == "ADDED" and n == f"{name}-chief-0")  # fmt: skip
+        deleted = next(i for i, (t, n, _) in enumerate(history.events)
+                       if t == "DELETED" and n == f"{name}-master-0")  # fmt: skip
+        assert deleted < created, history.events

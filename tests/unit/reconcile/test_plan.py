@@ -867,3 +867,26 @@ def test_a_template_the_planner_cannot_use_fails_the_job_instead_of_raising(
     failed = [c for c in p.status["conditions"] if c["type"] == "Failed"]
     assert failed and failed[0]["reason"] == "TFJobFailedValidation"
     assert failed[0]["message"] == "t cannot be planned: TypeError: 'int' object is not iterable"
+
+
+def test_renaming_master_to_chief_never_runs_both_coordinators() -> None:
+    """Master renamed to Chief: master-0 is deleted first; chief-0 is created only once
+    master-0 is gone (not merely terminating)."""
+    old = make_tfjob("t").master().worker(1).obj()
+    master = make_pod(old, "Master", 0).running().obj()
+    worker = make_pod(old, "Worker", 0).running().obj()
+    new = make_tfjob("t").chief().worker(1).obj()
+
+    first = plan_for(new, [master, worker])
+    assert [p["metadata"]["name"] for p in first.delete_pods] == ["t-master-0"]
+    assert [p["metadata"]["name"] for p in first.create_pods] == []
+
+    terminating = {
+        **master,
+        "metadata": {**master["metadata"], "deletionTimestamp": "2024-01-01T00:00:09Z"},
+    }
+    second = plan_for(new, [terminating, worker])
+    assert second.create_pods == [] and second.delete_pods == []
+
+    third = plan_for(new, [worker])
+    assert [p["metadata"]["name"] for p in third.create_pods] == ["t-chief-0"]
