@@ -8,7 +8,9 @@ lacks those writes.
 Contract, per key. A key's *batch* is its passes and the work they spawn, from the
 moment one begins until none of it is left running; the Controller brackets every pass
 with ``begin``/``end``, so a pass belongs to the batch of the work it spawns.
-- Work runs concurrently, at most ``limit`` at once across all keys.
+- Work runs concurrently, at most ``limit`` at once across all keys; ``backlog`` says
+  how much spawned work has not finished yet (one key's, or all), so a caller can bound
+  what it hands off.
 - Work that raises is logged, and the first failure of a batch puts the key back with
   ``add_rate_limited``: the queue's per-key backoff grows while the work keeps failing.
 - The key's failure history is forgotten (``forget``) only when a batch ends with no
@@ -47,6 +49,7 @@ class RetryQueue(Protocol[K_contra]):
 class _Batch:
     pending: int = 0
     failed: bool = False
+    work: int = 0  # spawned work not finished yet
 
 
 class Background(Generic[K]):
@@ -56,9 +59,17 @@ class Background(Generic[K]):
         self._batches: dict[K, _Batch] = {}
         self._tg: TaskGroup | None = None
         self._idle: anyio.Event | None = None
+        self._work = 0
 
     def pending(self, key: K) -> bool:
         return key in self._batches
+
+    def backlog(self, key: K | None = None) -> int:
+        """Spawned work not finished yet: ``key``'s, or everyone's."""
+        if key is None:
+            return self._work
+        batch = self._batches.get(key)
+        return batch.work if batch is not None else 0
 
     def begin(self, key: K) -> None:
         """A pass of ``key`` starts: it is part of the key's batch until ``end``."""
@@ -79,6 +90,8 @@ class Background(Generic[K]):
             raise RuntimeError("Background.spawn called while run() is not running")
         batch = self._batches.setdefault(key, _Batch())
         batch.pending += 1
+        batch.work += 1
+        self._work += 1
         self._tg.start_soon(self._run_one, key, batch, work)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -90,6 +103,7 @@ class Background(Generic[K]):
         finally:
             self._tg = None
             self._batches.clear()
+            self._work = 0
 
     async def wait_idle(self) -> None:
         """Wait until no spawned work is running."""
@@ -106,6 +120,8 @@ class Background(Generic[K]):
             failed = True
             log.warning("background work failed", key=key, error=f"{type(exc).__name__}: {exc}")
         finally:
+            batch.work -= 1
+            self._work -= 1
             self._settle(key, batch, failed=failed, requeue=True)
 
     def _settle(self, key: K, batch: _Batch, *, failed: bool, requeue: bool) -> None:

@@ -227,6 +227,10 @@ class Spawner(Protocol):
 
     def spawn(self, key: str, work: Callable[[], Awaitable[None]]) -> None: ...
 
+    def backlog(self, key: str | None = None) -> int:
+        """Spawned work not finished yet: ``key``'s, or everyone's."""
+        ...
+
 
 class Pacer(Protocol):
     """At most one paced action per key per interval (controller.pacer.Pacer): a

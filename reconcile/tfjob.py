@@ -53,6 +53,8 @@ UNSATISFIED_RECHECK_SECONDS = 5.0
 #: job would hold every other job, the probes and the lease renewal for 100+ ms a pass.
 #: Off the loop it takes the GIL in turns (every 5 ms), so the loop keeps running.
 PLAN_OFF_LOOP_OBJECTS = 200
+#: How soon a job whose creates found the background backlog full looks again.
+BACKLOG_RECHECK_SECONDS = 1.0
 #: How long a job's creates may keep failing permanently before the job fails.
 DEFAULT_FAILED_CREATE_GRACE = 120.0
 
@@ -98,6 +100,7 @@ class TFJobReconciler:
         self.pacer = pacer
         #: the job parsed, validated and defaulted once per spec (reconcile.spec)
         self.specs = SpecCache()
+        self.spawner = spawner
         self._children = ChildWrites(
             pods=writers.pods,
             services=writers.services,
@@ -125,7 +128,11 @@ class TFJobReconciler:
         # 3. Don't act on a stale view of our own writes: every create/delete we issued
         #    and the job's last status write must be visible in the caches first, or the
         #    plan would create a pod that already exists or undo a status just written.
-        if not all(self.expectations.satisfied(k) for k in expectation_keys(key)):
+        #    Creates still queued in the background count as not yet observed however
+        #    long they wait, whatever the expectations' TTL says.
+        if self.spawner.backlog(key) or not all(
+            self.expectations.satisfied(k) for k in expectation_keys(key)
+        ):
             return _done("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
         # 4. Owned children, from the cache indexes.
         uid = raw["metadata"]["uid"]
@@ -164,6 +171,13 @@ class TFJobReconciler:
         if outcome.errors:
             # The first write error decides the retry; the rest were logged.
             raise outcome.errors[0]
+        if outcome.deferred and not outcome.handed_off:
+            # The backlog is full of other jobs' creates: look again once it drains.
+            structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
+            waits = [w for w in (requeue_after, BACKLOG_RECHECK_SECONDS) if w is not None]
+            requeue_after = min(waits)
+        elif outcome.deferred:
+            structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
         return Result(requeue_after=requeue_after)
 
     async def _write_status(

@@ -37,6 +37,12 @@ from reconcile.spec import JobView
 
 log = structlog.get_logger("tfjob")
 
+#: Creates waiting in the background at most, for one job and for all: beyond them a
+#: pass hands off nothing more, and the rest waits for a later pass. Creates queue on the
+#: client's rate limit (20/s by default), so this bounds memory and how stale a queued
+#: create can be, whatever is submitted at once.
+MAX_JOB_BACKLOG = 500
+MAX_BACKLOG = 5000
 #: Creates handed to the background between two turns of the event loop.
 SPAWN_BATCH = 100
 #: How much of an API error goes into an event message.
@@ -50,6 +56,8 @@ class Outcome:
     created: int = 0
     #: creates given to the background (their results arrive after the pass)
     handed_off: int = 0
+    #: planned creates left for a later pass (the backlog was full)
+    deferred: int = 0
     deleted: int = 0
     failed_writes: int = 0
     status_written: bool = False
@@ -90,12 +98,24 @@ class ChildWrites:
         for child, doomed in ((pods, plan.delete_pods), (services, plan.delete_services)):
             if doomed:
                 exp.expect_deletions(child.exp_key, [o["metadata"]["uid"] for o in doomed])
-        for child, bodies in ((pods, plan.create_pods), (services, plan.create_services)):
-            if bodies:
-                exp.expect_creations(child.exp_key, len(bodies))
         # Services first, pods last: the job's next pass waits for all of them, and the
         # pods are what start running, so they should be the last to wait.
+        room = max(
+            0,
+            min(
+                MAX_JOB_BACKLOG - self._spawner.backlog(key),
+                MAX_BACKLOG - self._spawner.backlog(),
+            ),
+        )
+        batches = []
         for child, bodies in ((services, plan.create_services), (pods, plan.create_pods)):
+            taken = list(bodies[:room])
+            room -= len(taken)
+            outcome.deferred += len(bodies) - len(taken)
+            if taken:
+                exp.expect_creations(child.exp_key, len(taken))
+                batches.append((child, taken))
+        for child, bodies in batches:
             for body in bodies:
                 self._spawner.spawn(key, self._creator(key, job, child, body, outcome))
                 outcome.handed_off += 1

@@ -148,3 +148,22 @@ async def test_work_runs_at_most_limit_at_once_and_wait_idle_waits_for_all() -> 
             await done.wait()
         assert background.in_flight == 0 and peak == 2
         tg.cancel_scope.cancel()
+
+
+async def test_backlog_counts_spawned_work_until_it_finishes_failed_or_not() -> None:
+    background, _ = make()  # at most 2 run at once; the rest wait, and count
+    gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for n in range(5):
+            background.spawn(KEY, gated(gate, fail=n == 0))
+        background.spawn("other", gated(gate))
+        background.begin(KEY)  # a pass is not work
+        await settle()
+        assert background.backlog(KEY) == 5 and background.backlog("other") == 1
+        assert background.backlog() == 6 and background.backlog("none") == 0
+        gate.set()
+        await settle()
+        assert background.backlog() == 0 and background.backlog(KEY) == 0
+        background.end(KEY, failed=False)
+        tg.cancel_scope.cancel()

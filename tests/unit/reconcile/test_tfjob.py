@@ -4,6 +4,7 @@ by the workqueue's backoff."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -16,6 +17,7 @@ from reconcile.keys import pods_key, services_key
 from reconcile.names import MANAGED_BY_MULTIKUEUE
 from reconcile.pacing import STATUS_PACE_SECONDS
 from reconcile.tfjob import DEFAULT_FAILED_CREATE_GRACE
+from reconcile.writes import MAX_JOB_BACKLOG
 from tests.builders import make_pod, make_tfjob
 from tests.fakes import ReconcilerWorld
 
@@ -262,3 +264,33 @@ async def test_a_create_refused_by_a_terminating_namespace_is_dropped_quietly() 
     assert "FailedCreatePod" not in w.events.reasons
     assert w.queue.num_requeues(KEY) == 0, "nothing to retry: the job goes with its namespace"
     assert _status_condition(w, "Failed") is None
+
+
+async def test_the_create_backlog_is_bounded_and_queued_creates_never_expire() -> None:
+    """A job asking for more creates than the backlog holds hands off 500, waits for
+    them (however long they queue: the expectations' TTL does not let the next pass
+    plan them again), then hands off the next 500."""
+    w = ReconcilerWorld(make_tfjob("t").worker(600).obj(), hold_creates=True)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert w.background.backlog(KEY) == MAX_JOB_BACKLOG == w.background.backlog()
+        assert structlog.contextvars.get_contextvars()["creates_deferred"] == 1200 - 500
+        assert w.expectations.pending(services_key(KEY))[0] == 500
+        w.clock.advance(3600)  # far past the expectations' TTL, creates still queued
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert structlog.contextvars.get_contextvars()["outcome"] == "awaiting-expectations"
+        assert w.background.backlog(KEY) == 500, "nothing planned twice"
+        w.writer.release.set()
+        await anyio.wait_all_tasks_blocked()
+        assert w.background.backlog() == 0 and len(w.writer.created) == 500
+        w.store_status()
+        await w.reconciler.reconcile(KEY)
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    # services first: 600 services and the first 400 pods, each name once per kind
+    assert len(w.writer.created) == 1000
+    counts = Counter(w.writer.created)
+    assert max(counts.values()) <= 2 and sum(1 for n in counts.values() if n == 2) == 400
