@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from controller.types import JSON
 from reconcile import conditions as cond
@@ -160,18 +161,33 @@ def with_created(
     )
 
 
+#: What a progress-only write may change in a replica status: the counts, and which
+#: indexes run. Outcomes (succeeded/failed indexes, restarts, disruptions, retry state)
+#: are never held back: they are the durable record a lost write would lose.
+_PROGRESS_FIELDS = {"active", "succeeded", "failed", "active_indexes", "label_selector", "selector"}
+
+
 def is_progress_only(old: JobStatus, new: JobStatus) -> bool:
-    """True when an already-written status changes only in replica counts and the Running
-    condition: nothing a client waits on to make a decision."""
+    """True when an already-written status changes only in replica counts, the running
+    indexes and the Running condition: nothing a client waits on to make a decision,
+    and no outcome."""
     if not old.conditions:
         return False  # the first write (Created) is never held
 
     def decisive(status: JobStatus) -> list[JobCondition]:
         return [c for c in status.conditions if c.type != cond.RUNNING]
 
+    def outcomes(status: JobStatus) -> dict[str, Any]:
+        return {
+            rt: rs.model_dump(exclude=_PROGRESS_FIELDS)
+            for rt, rs in status.replica_statuses.items()
+        }
+
     rest = {"conditions", "replica_statuses"}
-    return decisive(old) == decisive(new) and old.model_dump(exclude=rest) == new.model_dump(
-        exclude=rest
+    return (
+        decisive(old) == decisive(new)
+        and outcomes(old) == outcomes(new)
+        and old.model_dump(exclude=rest) == new.model_dump(exclude=rest)
     )
 
 

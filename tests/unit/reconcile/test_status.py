@@ -241,6 +241,17 @@ WRITTEN = JobStatus(
         pytest.param(WRITTEN, {"completion_time": at(9)}, False, id="completion-time"),
         pytest.param(WRITTEN, {"start_time": at(9)}, False, id="start-time"),
         pytest.param(WRITTEN, {"observed_generation": 2}, False, id="generation"),
+        pytest.param(WRITTEN, {"replica_statuses": {"Worker": ReplicaStatus(
+            active=2, active_indexes="0-1")}}, True, id="running-indexes"),
+        # outcomes are never held: they are what a lost write would lose
+        pytest.param(WRITTEN, {"replica_statuses": {"Worker": ReplicaStatus(
+            succeeded=1, succeeded_indexes="0")}}, False, id="succeeded-index"),
+        pytest.param(WRITTEN, {"replica_statuses": {"Worker": ReplicaStatus(
+            active=1, failed_indexes="1")}}, False, id="failed-index"),
+        pytest.param(WRITTEN, {"replica_statuses": {"Worker": ReplicaStatus(
+            active=1, restarts=1)}}, False, id="restart"),
+        pytest.param(WRITTEN, {"replica_statuses": {"Worker": ReplicaStatus(
+            active=1, disruptions=1)}}, False, id="disruption"),
     ],
 )  # fmt: skip
 def test_is_progress_only(old: JobStatus, update: dict[str, Any], want: bool) -> None:
