@@ -66,6 +66,9 @@ class PodOutcome(Enum):
     FAIL_NEVER = "fail-never"  # failed under restartPolicy Never: the index failed for good
     FAIL_EXIT_CODE = "fail-exit-code"  # ExitCode policy, permanent exit code
     LEFTOVER = "leftover"  # terminating pod we deleted ourselves (suspend): just wait
+    #: deleted by someone else but not ended yet: its end decides (a graceful delete
+    #: the program survives to exit 0 is a success; a kill, or vanishing, a disruption)
+    TERMINATING = "terminating"
 
 
 def is_permanent_exit_code(code: int) -> bool:
@@ -112,7 +115,7 @@ def pod_outcome(
         created = created_at(pod)
         if resumed_at is not None and created is not None and created <= resumed_at:
             return PodOutcome.LEFTOVER
-        return PodOutcome.DISRUPTED
+        return PodOutcome.TERMINATING
     return PodOutcome.RUNNING if phase == PodPhase.RUNNING else PodOutcome.PENDING
 
 
@@ -223,7 +226,11 @@ def account_replica(
                     update={"failures": failures, "last_failure_time": ended, "last_pod_uid": uid}
                 )
                 out.accounted.append(index)
-            # PENDING and LEFTOVER just occupy the index.
+            elif outcome is PodOutcome.TERMINATING and phase_of(pod) == PodPhase.RUNNING:
+                # Still running: should it vanish without an end we saw, that is a
+                # disruption (activeIndexes), counted then.
+                active_indexes.add(index)
+            # PENDING, LEFTOVER and TERMINATING just occupy the index.
 
         if index in succeeded or index in failed:
             retries.pop(index, None)  # terminal: the retry state has served its purpose

@@ -329,3 +329,39 @@ def test_renaming_master_to_chief_never_runs_both_coordinators(
         deleted = next(i for i, (t, n, _) in enumerate(history.events)
                        if t == "DELETED" and n == f"{name}-master-0")  # fmt: skip
         assert deleted < created, history.events
+
+
+def test_a_chief_deleted_gracefully_that_exits_0_succeeds_the_job(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """A node drain deletes the chief, which finishes within its grace period: that is
+    the job's success, not a disruption to re-run (issue 11)."""
+    job = make_job("drained", chief="Never", workers=(1, "Never"))
+    name = kube.create_tfjob(namespace, job)["metadata"]["name"]
+    wait_running(kube, namespace, name, 2)
+    chief = f"{name}-chief-0"
+    # A finalizer holds the deleted pod Terminating while it finishes (as a long grace
+    # period would).
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/{chief}"
+    kube.req("PATCH", pod_path, {"metadata": {"finalizers": ["test.kubeflow.org/hold"]}},
+             "application/merge-patch+json")  # fmt: skip
+    try:
+        kube.delete_pod(namespace, chief)
+        settled(kube, controller, namespace, name)
+        # kwok leaves a terminating pod alone: report the clean exit as the kubelet would
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        terminated = {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+        kube.req(
+            "PATCH",
+            pod_path + "/status",
+            {"status": {"phase": "Succeeded", "containerStatuses": [
+                {"name": "tensorflow", "image": "tf-test:latest", "imageID": "", "ready": False,
+                 "restartCount": 0, "state": {"terminated": terminated}}]}},
+            "application/merge-patch+json",
+        )  # fmt: skip
+        done = wait_job(kube, namespace, name, "Succeeded")
+        assert done["status"]["replicaStatuses"]["Chief"].get("disruptions", 0) == 0
+    finally:
+        kube.req(
+            "PATCH", pod_path, {"metadata": {"finalizers": None}}, "application/merge-patch+json"
+        )

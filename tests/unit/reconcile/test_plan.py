@@ -645,7 +645,6 @@ def test_finished_job_with_deleted_pods_recreates_nothing(outcome: str) -> None:
     [
         pytest.param(lambda b: b.evicted(), id="evicted"),
         pytest.param(lambda b: b.failed(137).disruption_target(), id="disruption-target"),
-        pytest.param(lambda b: b.running().terminating(requested=50), id="deleted-by-someone"),
         pytest.param(
             lambda b: b.failed(143, finished=55).terminating(requested=50), id="killed-by-delete"
         ),
@@ -673,6 +672,52 @@ def test_disruptions_replace_without_counting(disrupt: Any) -> None:
     p2 = plan_for(job, [chief, w0], svcs, now=101)
     assert [c["metadata"]["name"] for c in p2.create_pods] == ["t-worker-1"]
     assert p2.status is None
+
+
+def _chief_and_two_workers() -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    job = make_tfjob("t").chief().worker(2).backoff_limit(0).obj()  # Never + limit 0
+    job["status"] = {
+        "conditions": [{"type": "Created", "status": "True", "reason": "TFJobCreated"}],
+        "startTime": ts(0),
+    }
+    pods = [make_pod(job, "Chief", 0).running().obj(), make_pod(job, "Worker", 0).running().obj()]
+    svcs = [make_service(job, rt, i) for rt, i in [("Chief", 0), ("Worker", 0), ("Worker", 1)]]
+    return job, pods, svcs
+
+
+def test_a_pod_deleted_by_someone_else_is_judged_by_its_end() -> None:
+    """Deleted but still running: nothing is counted yet, and nothing replaces it. If it
+    then vanishes without an end we saw, that is a disruption (not counted against
+    backoffLimit), recorded first, and the replacement follows."""
+    job, pods, svcs = _chief_and_two_workers()
+    deleted = make_pod(job, "Worker", 1).running().terminating(requested=50).obj()
+    p = plan_for(job, [*pods, deleted], svcs)
+    rs = p.status["replicaStatuses"]["Worker"]
+    assert "disruptions" not in rs and rs["activeIndexes"] == "0-1"
+    assert p.create_pods == []
+    job["status"] = p.status
+    gone = plan_for(job, pods, svcs, now=101)
+    assert gone.status["replicaStatuses"]["Worker"]["disruptions"] == 1
+    assert ("Failed", "True") not in cond_types(gone.status)
+    job["status"] = gone.status
+    again = plan_for(job, pods, svcs, now=102)
+    assert [c["metadata"]["name"] for c in again.create_pods] == ["t-worker-1"]
+
+
+def test_a_graceful_delete_the_program_survives_to_exit_0_is_a_success() -> None:
+    """A node drain deletes a worker; it finishes its work within the grace period and
+    exits 0: the index succeeded, it is not re-run."""
+    job, pods, svcs = _chief_and_two_workers()
+    deleted = make_pod(job, "Worker", 1).running().terminating(requested=50)
+    p = plan_for(job, [*pods, deleted.obj()], svcs)
+    job["status"] = p.status
+    done = make_pod(job, "Worker", 1).succeeded(finished=55).terminating(requested=50).obj()
+    p2 = plan_for(job, [*pods, done], svcs, now=101)
+    rs = p2.status["replicaStatuses"]["Worker"]
+    assert rs["succeededIndexes"] == "1" and "disruptions" not in rs
+    job["status"] = p2.status
+    p3 = plan_for(job, pods, svcs, now=102)
+    assert p3.create_pods == [], "a succeeded index is never re-run"
 
 
 def test_failed_pod_we_deleted_is_a_failure_not_a_disruption() -> None:

@@ -44,8 +44,9 @@ def pod(index: int = 0) -> Any:
         pytest.param(pod().failed(None), "ExitCode", Out.RETRY, id="exitcode-no-status"),
         pytest.param(pod().evicted(), "Never", Out.DISRUPTED, id="evicted"),
         pytest.param(pod().failed(1).disruption_target(), "Never", Out.DISRUPTED, id="disruption-target"),
-        pytest.param(pod().running().terminating(), "Never", Out.DISRUPTED, id="deleted-running"),
-        pytest.param(pod().pending().terminating(), "Never", Out.DISRUPTED, id="deleted-pending"),
+        pytest.param(pod().running().terminating(), "Never", Out.TERMINATING, id="deleted-running"),
+        pytest.param(pod().pending().terminating(), "Never", Out.TERMINATING, id="deleted-pending"),
+        pytest.param(pod().succeeded().terminating(), "Never", Out.SUCCEEDED, id="deleted-then-exit-0"),
         pytest.param(pod().failed(143, finished=60).terminating(requested=50), "Never", Out.DISRUPTED,
                      id="killed-by-delete"),
         pytest.param(pod().failed(1, finished=40).terminating(requested=50), "Never", Out.FAIL_NEVER,
@@ -59,7 +60,7 @@ def test_pod_outcome(p: Any, policy: str, want: PodOutcome) -> None:
 def test_terminating_pod_from_before_resume_is_leftover() -> None:
     p = pod().running().created(5).terminating().obj()
     assert pod_outcome(p, "Never", resumed_at=at(10)) is Out.LEFTOVER
-    assert pod_outcome(p, "Never", resumed_at=at(4)) is Out.DISRUPTED
+    assert pod_outcome(p, "Never", resumed_at=at(4)) is Out.TERMINATING
 
 
 @pytest.mark.parametrize(
