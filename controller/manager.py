@@ -15,7 +15,7 @@ Lifecycle (``Manager.run``), one anyio root task group:
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -54,13 +54,24 @@ class Manager:
         release_timeout: float = 5.0,
         handle_signals: bool = True,
         on_synced: Callable[[], None] | None = None,
+        leader_services: Sequence[Service] = (),
+        before_release: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``services`` are long-running coroutines started first and cancelled last
         (probe/metrics servers, the event recorder); each is started with
         ``tg.start`` and must call ``task_status.started()``. ``on_synced`` runs once
-        every informer has synced, before the lease is sought and workers start."""
+        every informer has synced, before the lease is sought and workers start.
+
+        ``leader_services`` write on the leader's behalf (the event recorder): they run
+        only while leading, beside the workers, and are cancelled with them when the
+        lease is lost, so nothing they hold is sent after. On a graceful stop,
+        ``before_release`` (e.g. flushing the recorder) runs after the drain and before
+        the lease is released, within ``release_timeout``: no request of ours leaves
+        after the release."""
         self.informers = list(informers)
         self.on_synced = on_synced
+        self.leader_services = list(leader_services)
+        self.before_release = before_release
         self.controllers = list(controllers)
         self.elector = elector
         self.services = list(services)
@@ -133,11 +144,16 @@ class Manager:
         async with anyio.create_task_group() as work:
             if self.elector is not None:
                 work.start_soon(self._hold_lease)
+            for service in self.leader_services:
+                await work.start(service)
             for controller in self.controllers:
                 await work.start(controller.run)
             await self._stop.wait()
             if not self._lease_lost:
                 await self._drain()
+                if self.before_release is not None:
+                    with anyio.move_on_after(self.release_timeout):
+                        await self.before_release()
             work.cancel_scope.cancel()
         if self._lease_lost:
             return 1

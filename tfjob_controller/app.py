@@ -245,8 +245,11 @@ async def run(args: argparse.Namespace) -> int:
             informers=informers,
             controllers=[ctrl],
             elector=elector,
+            # events are written for the leader: only while leading, flushed before the
+            # lease is released, dropped if it is lost
+            leader_services=[recorder.run],
+            before_release=recorder.flush,
             services=[
-                recorder.run,
                 LoopLagMonitor(metrics.loop_lag.observe, interval=args.loop_lag_interval).run,
                 serve_probes(
                     metrics=metrics,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -317,3 +318,53 @@ async def test_workers_wait_for_informer_sync() -> None:
         assert manager.caches_synced
         manager.stop()
     assert codes == [0]
+
+
+class LeaderWriter:
+    """A leader service that records its life and what the manager asked of it."""
+
+    def __init__(self, elector: FakeElector) -> None:
+        self.elector = elector
+        self.log: list[str] = []
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        self.log.append("started")
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.log.append(f"cancelled (released {self.elector.released})")
+
+    async def flush(self) -> None:
+        self.log.append(f"flushed (released {self.elector.released})")
+
+
+@pytest.mark.parametrize("lose", [False, True], ids=["graceful", "lease-lost"])
+async def test_leader_services_run_while_leading_and_never_after_the_lease(lose: bool) -> None:
+    ctl = Controller("c", GatedReconciler())
+    elector = FakeElector()
+    writer = LeaderWriter(elector)
+    manager = Manager(
+        controllers=[ctl],
+        elector=elector,
+        handle_signals=False,
+        leader_services=[writer.run],
+        before_release=writer.flush,
+    )
+    codes: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_manager, manager, codes)
+        await anyio.wait_all_tasks_blocked()
+        assert writer.log == [], "not before leadership"
+        elector.allow_acquire.set()
+        await until(lambda: writer.log == ["started"])
+        if lose:
+            elector.lose.set()
+        else:
+            manager.stop()
+    if lose:
+        assert codes == [1] and writer.log == ["started", "cancelled (released 0)"]
+    else:
+        assert codes == [0]
+        assert writer.log == ["started", "flushed (released 0)", "cancelled (released 0)"]
+        assert elector.released == 1
