@@ -163,6 +163,7 @@ class KubeApi:
         self._host = str(configuration.host).rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self._stream_session: aiohttp.ClientSession | None = None
+        self._remembered_auth: str | None = None
 
     @classmethod
     async def from_kubeconfig(
@@ -218,9 +219,12 @@ class KubeApi:
             headers["Authorization"] = str(bearer["value"])
         elif self.configuration.username:
             headers["Authorization"] = str(self.configuration.get_basic_auth_token())
+        auth = headers.get("Authorization")
+        if auth is not None and auth != self._remembered_auth:
+            # once per credential (tokens rotate), not once per request
+            remember_secret(auth)
             remember_secret(str(self.configuration.password or ""))
-        if "Authorization" in headers:
-            remember_secret(headers["Authorization"])
+            self._remembered_auth = auth
         return headers
 
     def _request_kwargs(

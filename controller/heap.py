@@ -7,7 +7,7 @@ Almost all of those objects live as long as the process: modules and classes fro
 imports, then the informers' first lists. ``settle`` collects once and moves every
 survivor to the permanent generation (``gc.freeze``), which collections skip; memory is
 still freed by reference counting when a frozen object is dropped (a deleted pod). It
-runs at start-up and again once the caches have synced, before any worker starts.
+runs once the caches have synced, before any worker starts (Manager's ``on_synced``).
 """
 
 from __future__ import annotations

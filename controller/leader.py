@@ -87,7 +87,6 @@ class LeaseElector:
         self._observed: JSON | None = None  # last seen spec
         self._observed_at = 0.0  # monotonic time it last changed
         self._last_renew = 0.0  # start of the last successful attempt
-        self.attempt_started = 0.0
         self._leading = False
         self._log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
 
@@ -134,9 +133,8 @@ class LeaseElector:
 
     async def try_acquire_or_renew(self, budget: float | None = None) -> bool:
         """One attempt (the GET and the write together) bounded by ``budget`` seconds.
-        True when we hold the lease afterwards; ``attempt_started`` is when it began."""
+        True when we hold the lease afterwards."""
         budget = self.renew_deadline if budget is None else budget
-        self.attempt_started = self._clock.monotonic()
         return await self._bounded(budget, self._attempt)
 
     async def _attempt(self) -> bool:
@@ -198,13 +196,14 @@ class LeaseElector:
         """Block until we hold the lease."""
         self._log.info("waiting for leadership")
         while True:
+            started = self._clock.monotonic()
             try:
                 if await self.try_acquire_or_renew():
                     break
             except errors.ApiError as exc:
                 self._log.warning("lease acquire failed", error=str(exc))
             await self._clock.sleep(self._retry_delay())
-        self._last_renew = self.attempt_started
+        self._last_renew = started
         self._set_leading(True)
         self._log.info("leader acquired")
 
@@ -219,13 +218,14 @@ class LeaseElector:
                     self._set_leading(False)
                     self._log.error("leader lost: renew deadline exceeded")
                     return
+                started = self._clock.monotonic()
                 try:
                     renewed = await self.try_acquire_or_renew(remaining)
                 except errors.ApiError as exc:
                     self._log.warning("lease renew failed", error=str(exc))
                     renewed = False
                 if renewed:
-                    self._last_renew = self.attempt_started
+                    self._last_renew = started
                     break
                 holder = (self._observed or {}).get("holderIdentity")
                 if holder and holder != self.identity:

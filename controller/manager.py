@@ -58,7 +58,7 @@ class Manager:
         before_release: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``services`` are long-running coroutines started first and cancelled last
-        (probe/metrics servers, the event recorder); each is started with
+        (probe/metrics servers, the loop-lag monitor); each is started with
         ``tg.start`` and must call ``task_status.started()``. ``on_synced`` runs once
         every informer has synced, before the lease is sought and workers start.
 

@@ -126,9 +126,7 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
             message = cond.msg_takeover(view.invalid_message or "")
             takeover.append(ConditionEvent(cond.WARNING, cond.REASON_TAKEOVER, message))
     if tfjob is None:
-        message = view.invalid_message or ""
-        new = invalid_status(view.status, view.name, message, view.generation, now)
-        return _status_plan(view.status, new, failed_event_type=cond.WARNING)
+        return _invalid_plan(view, view.invalid_message or "", now)
     if view.run_policy.suspend:
         pods, services = cleanup_deletions(CleanPodPolicy.ALL, snap.pods, snap.services)
         plan = _status_plan(view.status, suspended_status(view.status, tfjob, now))
@@ -141,9 +139,7 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
         # past it all the same, the job fails with the reason rather than the worker
         # retrying a traceback forever.
         message = f"{view.name} cannot be planned: {type(e).__name__}: {e}"
-        new = invalid_status(view.status, view.name, message, view.generation, now)
-        plan = _status_plan(view.status, new, failed_event_type=cond.WARNING)
-        return replace(plan, skip_reason="unplannable")
+        return replace(_invalid_plan(view, message, now), skip_reason="unplannable")
 
 
 def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> Plan:
@@ -227,6 +223,12 @@ def _status_plan(old: JobStatus, new: JobStatus, *, failed_event_type: str = con
     status = changed(old, new)
     progress_only = status is not None and not events and is_progress_only(old, new)
     return Plan(status=status, progress_only=progress_only, events=list(events))
+
+
+def _invalid_plan(view: JobView, message: str, now: datetime) -> Plan:
+    """Failed with TFJobFailedValidation and ``message``."""
+    new = invalid_status(view.status, view.name, message, view.generation, now)
+    return _status_plan(view.status, new, failed_event_type=cond.WARNING)
 
 
 def _cleanup_plan(done: Cleanup, *, skip_reason: str | None) -> Plan:

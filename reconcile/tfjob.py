@@ -101,13 +101,15 @@ class TFJobReconciler:
         #: the job parsed, validated and defaulted once per spec (reconcile.spec)
         self.specs = SpecCache()
         self.spawner = spawner
+        #: creates the apiserver keeps refusing (reconcile.failures)
+        self.failures = CreateFailures(clock, grace_seconds=failed_create_grace)
         self._children = ChildWrites(
             pods=writers.pods,
             services=writers.services,
             expectations=expectations,
             events=events,
             spawner=spawner,
-            failures=CreateFailures(clock, grace_seconds=failed_create_grace),
+            failures=self.failures,
             max_concurrent=max_concurrent_writes,
         )
 
@@ -120,7 +122,7 @@ class TFJobReconciler:
                 self.expectations.delete(k)
             self.specs.forget(key)
             self.pacer.forget(key)
-            self._children.failures.forget(key)
+            self.failures.forget(key)
             return _done("gone")
         # 2. A job being deleted is left to the garbage collector.
         if (raw.get("metadata") or {}).get("deletionTimestamp"):
@@ -140,7 +142,7 @@ class TFJobReconciler:
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
         # 5. The job read once, and the plan: pure.
         view = self.specs.read(key, raw)
-        failure = self._children.failures.persistent(key, uid)
+        failure = self.failures.persistent(key, uid)
         snap = Snapshot(view, pods, services, self.clock.now(), failure=failure)
         if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
             # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
@@ -171,13 +173,11 @@ class TFJobReconciler:
         if outcome.errors:
             # The first write error decides the retry; the rest were logged.
             raise outcome.errors[0]
+        if outcome.deferred:
+            structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
         if outcome.deferred and not outcome.handed_off:
             # The backlog is full of other jobs' creates: look again once it drains.
-            structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
-            waits = [w for w in (requeue_after, BACKLOG_RECHECK_SECONDS) if w is not None]
-            requeue_after = min(waits)
-        elif outcome.deferred:
-            structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
+            requeue_after = min(requeue_after or BACKLOG_RECHECK_SECONDS, BACKLOG_RECHECK_SECONDS)
         return Result(requeue_after=requeue_after)
 
     async def _write_status(

@@ -88,7 +88,7 @@ class ChildWrites:
         self._expectations = expectations
         self._events = events
         self._spawner = spawner
-        self.failures = failures
+        self._failures = failures
         self._max_concurrent = max_concurrent
 
     async def apply(self, key: str, job: JobView, plan: Plan, outcome: Outcome) -> None:
@@ -155,10 +155,10 @@ class ChildWrites:
                 )  # fmt: skip
             except Exception as e:
                 if errors.is_permanent(e):
-                    self.failures.failed(key, job.uid, child.kind, meta["name"], short_error(e))
+                    self._failures.failed(key, job.uid, child.kind, meta["name"], short_error(e))
                 raise
             if created:
-                self.failures.created(key, job.uid)
+                self._failures.created(key, job.uid)
                 outcome.created += 1
 
         return create
@@ -205,15 +205,11 @@ class ChildWrites:
         except harmless:
             observed()
             return False
-        except errors.Forbidden as e:
+        except Exception as e:
             observed()
             if errors.is_namespace_terminating(e):
                 log.debug("namespace terminating", kind=child.kind, name=name)
                 return False
-            self._failed(job, outcome, verb, child.kind, name, e)
-            raise
-        except Exception as e:
-            observed()
             self._failed(job, outcome, verb, child.kind, name, e)
             raise
         done = {"Create": "Created", "Delete": "Deleted"}[verb]

@@ -261,7 +261,6 @@ async def run(args: argparse.Namespace) -> int:
                 ),
             ],
         )
-        heap.settle()  # the imports and the objects built so far live as long as we do
         log.info(
             "starting",
             namespace=args.namespace or "(all)",
