@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -35,7 +36,7 @@ from controller.events import EventRecorder
 from controller.expectations import ControllerExpectations
 from controller.informer import Informer
 from controller.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient
-from controller.leader import LeaseElector
+from controller.leader import LeaseElector, default_identity
 from controller.logging import add_logging_flags, configure_logging
 from controller.looplag import LoopLagMonitor
 from controller.manager import Manager
@@ -109,6 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--leader-election-id", default="tfjob-controller.kubeflow.org")
     p.add_argument(
+        "--leader-election-identity",
+        default=None,
+        help="this replica's name in the Lease, also appended to the User-Agent so the"
+        " apiserver's audit log tells the replicas apart (default: hostname_<random>)",
+    )
+    p.add_argument(
         "--cluster-domain",
         default=os.environ.get("CUSTOM_CLUSTER_DOMAIN") or None,
         help="suffix for TF_CONFIG addresses (default: $CUSTOM_CLUSTER_DOMAIN)",
@@ -152,9 +159,18 @@ LEASE_CLIENT_SETTINGS = ClientSettings(
 )
 
 
+def with_identity(settings: ClientSettings, identity: str) -> ClientSettings:
+    """The settings with ``/<identity>`` after the user agent: every request then names
+    its replica in the audit log, and the agent still starts with ``tfjob-controller``."""
+    return replace(settings, user_agent=f"{settings.user_agent}/{identity}")
+
+
 async def run(args: argparse.Namespace) -> int:
     clock = SystemClock()
-    settings = ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst)
+    identity = args.leader_election_identity or default_identity()
+    settings = with_identity(
+        ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst), identity
+    )
     api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)
     async with api, contextlib.AsyncExitStack() as stack:
         metrics = Metrics()
@@ -225,12 +241,13 @@ async def run(args: argparse.Namespace) -> int:
             # The lease has a client of its own (connections, no token bucket: two
             # requests per retry period), so a renewal never queues behind the workload's
             # creates, deletes and events.
-            lease_api = KubeApi(api.configuration, LEASE_CLIENT_SETTINGS)
+            lease_api = KubeApi(api.configuration, with_identity(LEASE_CLIENT_SETTINGS, identity))
             stack.push_async_callback(lease_api.close)
             elector = LeaseElector(
                 ResourceClient(lease_api, LEASES),
                 namespace=args.leader_election_namespace or _pod_namespace(),
                 name=args.leader_election_id,
+                identity=identity,
                 clock=clock,
                 on_change=metrics.leader_status(args.leader_election_id),
             )
@@ -268,6 +285,7 @@ async def run(args: argparse.Namespace) -> int:
             qps=args.kube_api_qps,
             burst=args.kube_api_burst,
             leader_elect=args.leader_elect,
+            identity=identity,
         )
         return await manager.run()
 
