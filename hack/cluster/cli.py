@@ -23,6 +23,7 @@ from hack.cluster.components import (
     start,
 )
 from hack.cluster.host import (
+    REPO,
     cluster_dir,
     free_port,
     http_ok,
@@ -33,6 +34,24 @@ from hack.cluster.host import (
 )
 from hack.cluster.pki import make_pki, write_kubeconfig
 from hack.cluster.state import load_state, save_state, status_report
+
+DEFAULT_AUDIT_POLICY = REPO / "hack" / "audit-policy.yaml"
+
+
+def _argv(
+    name: str, d: Path, bins: Path, ports: dict[str, int], opts: argparse.Namespace
+) -> list[str]:
+    """component_argv, with the audit policy the cluster was started with."""
+    argv = component_argv(name, d, bins, ports, opts)
+    policy = f"--audit-policy-file={Path(opts.audit_policy).resolve()}"
+    return [policy if a.startswith("--audit-policy-file=") else a for a in argv]
+
+
+def _audit_from_state(opts: argparse.Namespace, state: dict[str, Any]) -> None:
+    """A restarted apiserver keeps the audit settings of `up`, whatever restart's flags."""
+    audit = state.get("audit")
+    if audit is not None:
+        opts.audit, opts.audit_policy = audit["on"], audit["policy"]
 
 
 def cmd_up(opts: argparse.Namespace) -> int:
@@ -56,11 +75,17 @@ def cmd_up(opts: argparse.Namespace) -> int:
     make_pki(d / "pki")
     ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler")}
     write_kubeconfig(d, ports["apiserver"])
-    state = {"pids": {}, "ports": ports, "bin_dir": str(bins), "started": time.time()}
+    state = {
+        "pids": {},
+        "ports": ports,
+        "bin_dir": str(bins),
+        "started": time.time(),
+        "audit": {"on": opts.audit, "policy": str(Path(opts.audit_policy).resolve())},
+    }
     save_state(d, state)
 
     def launch(name: str) -> int:
-        pid = start(d, name, component_argv(name, d, bins, ports, opts))
+        pid = start(d, name, _argv(name, d, bins, ports, opts))
         state["pids"][name] = pid
         save_state(d, state)
         log(f"started {name} (pid {pid})")
@@ -196,7 +221,8 @@ def cmd_restart(opts: argparse.Namespace) -> int:
     ports = {state["ports"][k] for k in own}
     wait_for(f"{name}'s ports to close", lambda: not ports & listening_ports(), 30)
     bins = Path(state["bin_dir"])
-    new = start(d, name, component_argv(name, d, bins, state["ports"], opts))
+    _audit_from_state(opts, state)
+    new = start(d, name, _argv(name, d, bins, state["ports"], opts))
     state["pids"][name] = new
     save_state(d, state)
     if name == "kube-apiserver":
@@ -250,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         default=os.environ.get("TFJOB_CLUSTER_AUDIT") == "1",
         help="write an apiserver audit log at Metadata level (for benchmarks)",
+    )
+    p.add_argument(
+        "--audit-policy",
+        default=str(DEFAULT_AUDIT_POLICY),
+        help="the audit policy file for --audit (default hack/audit-policy.yaml)",
     )
     opts = p.parse_args(argv)
     if opts.command == "restart" and not opts.component:
