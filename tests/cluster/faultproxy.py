@@ -1,11 +1,17 @@
 """An HTTPS reverse proxy in front of the local apiserver that answers some requests
-itself with an error, for storms a real apiserver would send under overload.
+itself with an error, for storms a real apiserver would send under overload, or holds
+them, for a slow or hung apiserver.
 
 The controller is pointed at the proxy (``kubeconfig()``); every request it makes either
 goes through unchanged (bodies and watch streams are relayed as they arrive) or, when
-``fault(method, path)`` returns an Injection, is answered with its status and a
-Kubernetes Status body, before or after it reached the apiserver. The proxy serves a certificate
-signed by the cluster's CA and speaks to the apiserver as the cluster admin.
+``fault(method, path)`` returns an Injection, is held (``delay``), never answered
+(``hang``) or answered with its status and a Kubernetes Status body, before or after it
+reached the apiserver. The proxy serves a certificate signed by the cluster's CA and
+speaks to the apiserver as the cluster admin.
+
+Every request is kept in ``record`` with monotonic times (``time.monotonic()``, the
+same clock in every process of the machine), so a test can say from what the apiserver
+side saw when a process sent what, and compare that with its own clock.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import ipaddress
 import json
 import ssl
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,14 +38,41 @@ from tests.conftest import Cluster
 
 @dataclass(frozen=True)
 class Injection:
-    status: int
+    #: answer with this error; None: the apiserver's own answer (after ``delay``)
+    status: int | None = None
     #: send the request on first and replace the apiserver's answer (the write happened,
     #: the client is told it failed: a timeout or a proxy error after the fact)
     forwarded: bool = False
+    #: seconds the request is held before anything else happens; a client that gives up
+    #: meanwhile is not forwarded (nobody would read the answer)
+    delay: float = 0.0
+    #: never answered, nor forwarded: held until the client drops the connection
+    hang: bool = False
+
+
+@dataclass
+class Seen:
+    """One request as the proxy saw it; times are ``time.monotonic()``."""
+
+    method: str
+    path: str
+    user_agent: str
+    received: float
+    #: when it was sent on to the apiserver; None: never
+    forwarded: float | None = None
+    #: what the client was answered; None: nothing (hung, or the client left first)
+    status: int | None = None
 
 
 Fault = Callable[[str, str], Injection | None]
 REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
+#: How often a held request looks whether its client is still there.
+HOLD_POLL = 0.05
+
+
+def _gone() -> web.Response:
+    """The answer to a client that has left: aiohttp drops it, nobody reads it."""
+    return web.Response(status=504)
 
 
 def _serving_cert(pki: Path, out: Path) -> tuple[Path, Path]:
@@ -89,6 +123,8 @@ class FaultProxy:
         self.fault = fault
         self.injected: Counter[tuple[str, str, int, bool]] = Counter()
         self.relayed = 0
+        #: every request, in the order received (appended from the proxy's thread)
+        self.record: list[Seen] = []
         self.port = cluster_mod.free_port()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -141,16 +177,44 @@ class FaultProxy:
     # --- requests -----------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        seen = Seen(
+            request.method,
+            request.path,
+            request.headers.get("User-Agent", ""),
+            received=time.monotonic(),
+        )
+        self.record.append(seen)
         injection = self.fault(request.method, request.path)
         if injection is None:
-            return await self._relay(request)
+            return await self._relay(request, seen)
+        if injection.hang:
+            await self._hold(request, None)
+            return _gone()
+        if injection.delay and not await self._hold(request, injection.delay):
+            return _gone()
+        if injection.status is None:
+            return await self._relay(request, seen)
         kind = request.path.rsplit("/", 1)[-1]
         self.injected[(request.method, kind, injection.status, injection.forwarded)] += 1
         if injection.forwarded:
-            await self._relay(request, discard=True)
+            await self._relay(request, seen, discard=True)
         else:
             await request.read()
+        seen.status = injection.status
         return self._error(injection.status)
+
+    async def _hold(self, request: web.Request, seconds: float | None) -> bool:
+        """Wait ``seconds`` (None: for ever); False as soon as the client has gone.
+        aiohttp does not cancel a handler whose client left, so this looks."""
+        end = None if seconds is None else time.monotonic() + seconds
+        while end is None or time.monotonic() < end:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return False
+            await asyncio.sleep(
+                HOLD_POLL if end is None else min(HOLD_POLL, end - time.monotonic())
+            )
+        return True
 
     def _error(self, status: int) -> web.Response:
         body = {
@@ -166,7 +230,9 @@ class FaultProxy:
             status=status, text=json.dumps(body), content_type="application/json", headers=headers
         )
 
-    async def _relay(self, request: web.Request, discard: bool = False) -> web.StreamResponse:
+    async def _relay(
+        self, request: web.Request, seen: Seen, discard: bool = False
+    ) -> web.StreamResponse:
         self.relayed += 1
         assert self._session is not None
         headers = {
@@ -175,12 +241,15 @@ class FaultProxy:
             if k.lower() in ("content-type", "accept", "user-agent", "accept-encoding")
         }
         upstream = f"https://127.0.0.1:{self.cluster.api.base.rsplit(':', 1)[1]}{request.path_qs}"
+        data = await request.read()
+        seen.forwarded = time.monotonic()
         async with self._session.request(
-            request.method, upstream, data=await request.read(), headers=headers
+            request.method, upstream, data=data, headers=headers
         ) as resp:
             if discard:
                 await resp.read()
                 return web.Response(status=204)
+            seen.status = resp.status
             out = web.StreamResponse(status=resp.status)
             for key in ("Content-Type", "Content-Encoding"):
                 if key in resp.headers:
