@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv binaries cluster cluster-down run test unit lint crd bench fuzz lock
+.PHONY: venv binaries cluster cluster-down run test unit lint crd bench fuzz lock chaos
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -62,3 +62,11 @@ lock: venv
 
 bench: binaries
 	hack/bench $(BENCH_ARGS)
+
+# The chaos suite at full size (tests/chaos: 50 TFJobs, 300 pod kills, 10 controller
+# SIGKILLs, apiserver and etcd restarts, watch faults, leader partitions), seeds 1 2 3
+# in a row, each on a cluster of its own (.cluster-chaos/); reports under chaos-out/.
+# make test runs a short seeded version (tests/cluster/test_chaos_scale.py).
+chaos: binaries
+	rc=0; for seed in 1 2 3; do $(PY) -m tests.chaos --seed $$seed $(CHAOS_ARGS) || rc=1; done; \
+		exit $$rc

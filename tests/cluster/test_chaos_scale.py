@@ -1,0 +1,79 @@
+"""The chaos suite (tests/chaos), short and seeded, inside make test: 12 TFJobs, 50 pod
+faults, 3 controller SIGKILLs (one in the initial create burst, one in a resume burst),
+a leader partition, an apiserver and an etcd restart, watch faults and two suspend/resume
+waves, against two leader-elected replicas behind fault proxies. The run has a cluster of
+its own (.cluster-chaos-test/, audit log on), since it restarts the apiserver and etcd,
+and removes it afterwards; every invariant must hold (tests/chaos/__init__.py).
+
+`make chaos` runs the full size with seeds 1 2 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+SEED = 11
+SHORT = (
+    "--jobs=12",
+    "--kills=50",
+    "--exits=8",
+    "--controller-kills=3",
+    "--partitions=1",
+    "--apiserver-restarts=1",
+    "--etcd-restarts=1",
+    "--suspend-waves=2",
+    "--watch-fault-every=20",
+    "--duration=75",
+)
+
+
+@pytest.mark.timeout(420)
+def test_short_seeded_chaos_run_breaks_no_invariant() -> None:
+    # The report, the replicas' logs and (on a violation) the audit log are kept.
+    out = REPO / "chaos-out" / "test"
+    env = {k: v for k, v in os.environ.items() if k != "TFJOB_CLUSTER_DIR"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.chaos",
+            f"--seed={SEED}",
+            *SHORT,
+            f"--out={out}",
+            f"--cluster-dir={REPO / '.cluster-chaos-test'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    said = proc.stdout[-6000:] + proc.stderr[-3000:]
+    report_file = out / f"seed-{SEED}.json"
+    assert report_file.exists(), said
+    report = json.loads(report_file.read_text())
+    assert report["violations"] == [], said
+    assert proc.returncode == 0, said
+    # The faults really happened (a fault waits for a fair target; a few may not get one).
+    assert sum(report["faults"].values()) >= 45, report["faults"]
+    assert set(report["faults"]) >= {"graceful", "force", "evict", "exit137"}, report["faults"]
+    actions = report["actions"]
+    assert actions["controller-kill"] == 3, actions
+    assert actions["partition"] == 1, actions
+    assert actions["apiserver-restart"] == 1 and actions["etcd-restart"] == 1, actions
+    assert actions["suspend-wave"] == 2, actions
+    assert sum(report["watch_faults"].values()) >= 2, report["watch_faults"]
+    # Each leader death was followed by a successor, within the lease duration plus retry
+    # (and a margin for this 2-core machine's load).
+    assert report["failovers"], report
+    for f in report["failovers"]:
+        assert f["successor"] is not None, f
+        assert f["acquire_s"] <= 20, f
+    assert not (REPO / ".cluster-chaos-test").exists()

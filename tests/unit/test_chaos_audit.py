@@ -1,0 +1,76 @@
+"""The chaos suite's audit-log checks on made-up events: a write is fenced by the last
+Lease write before it (holder and lease duration), and a 409 create is a violation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.chaos.audit import AuditChecks
+from tests.chaos.violations import Violations
+
+NS, NAME = "default", "lease"
+
+
+def at(t: float) -> str:
+    return f"2026-01-01T00:{int(t) // 60:02d}:{t % 60:09.6f}Z"
+
+
+def lease(t: float, holder: str) -> dict[str, Any]:
+    return {
+        "stage": "ResponseComplete",
+        "verb": "update",
+        "userAgent": f"tfjob-controller-leader-election/{holder}",
+        "objectRef": {"resource": "leases", "namespace": NS, "name": NAME},
+        "requestObject": {"spec": {"holderIdentity": holder}},
+        "responseStatus": {"code": 200},
+        "requestReceivedTimestamp": at(t),
+        "stageTimestamp": at(t),
+    }
+
+
+def write(t: float, who: str, verb: str = "create", code: int = 201) -> dict[str, Any]:
+    return {
+        "stage": "ResponseComplete",
+        "verb": verb,
+        "userAgent": f"tfjob-controller/{who} (linux)",
+        "objectRef": {"resource": "pods", "namespace": "chaos", "name": f"p{t}"},
+        "responseStatus": {"code": code},
+        "requestReceivedTimestamp": at(t),
+        "stageTimestamp": at(t),
+    }
+
+
+def check(events: list[dict[str, Any]]) -> Violations:
+    v = Violations()
+    AuditChecks(NS, NAME, v).finish(events)
+    return v
+
+
+def test_writes_while_holding_the_lease_are_fine() -> None:
+    v = check([lease(1, "a"), write(2, "a"), lease(10, "a"), write(20, "a")])
+    assert v.items == []
+
+
+def test_a_write_after_another_replica_acquired_is_a_violation() -> None:
+    v = check([lease(1, "a"), lease(17, "b"), write(17.5, "a"), write(18, "b")])
+    assert v.by_kind == {"fencing": 1}
+    assert "by a" in v.items[0]["what"] and "held by b" in v.items[0]["what"]
+
+
+def test_a_write_past_the_lease_duration_is_a_violation() -> None:
+    v = check([lease(1, "a"), write(16.5, "a")])
+    assert v.by_kind == {"fencing": 1}
+
+
+def test_a_409_create_is_a_violation() -> None:
+    v = check([lease(1, "a"), write(2, "a", code=409)])
+    assert v.by_kind == {"duplicate-create": 1}
+
+
+def test_failover_times_come_from_the_successor_lease_and_first_write() -> None:
+    v = Violations()
+    a = AuditChecks(NS, NAME, v)
+    a.finish([lease(1, "a"), lease(17, "b"), write(18, "b")])
+    died = a.leases[0].t + 1  # the wall clock time of the leader's death
+    assert a.successor("a", died) == ("b", 15.0, 16.0)
+    assert a.transitions() == 1
