@@ -13,6 +13,9 @@ controller.types.EventWriter, e.g. ``ResourceClient(api, EVENTS)``):
 - When the buffer holds ``buffer_size`` distinct pending events, new ones are
   dropped and counted in ``dropped``: events are advisory and must not cost memory
   or latency under an event storm. Write failures are logged and dropped, not retried.
+- A namespace that refuses an event because it is being deleted gets no more events
+  for ``mute_seconds``: everything in it is going, and the writer (one write at a
+  time) must not spend seconds on refusals while other namespaces' events wait.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class EventRecorder:
         host: str | None = None,
         buffer_size: int = 1000,
         cache_size: int = 4096,
+        mute_seconds: float = 300.0,
     ) -> None:
         self._writer = writer
         self.component = component
@@ -77,6 +81,9 @@ class EventRecorder:
         self._pending: OrderedDict[EventKey, _Pending] = OrderedDict()
         self._written: OrderedDict[EventKey, _Written] = OrderedDict()
         self._wakeup: anyio.Event | None = None
+        self._mute_seconds = mute_seconds
+        #: namespaces being deleted, and until when their events are dropped unwritten
+        self._muted: dict[str, float] = {}
         self.dropped = 0
         self.written = 0
 
@@ -137,7 +144,19 @@ class EventRecorder:
     def _timestamp(self) -> str:
         return self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
+    def _is_muted(self, namespace: str) -> bool:
+        until = self._muted.get(namespace)
+        if until is None:
+            return False
+        if self._clock.monotonic() < until:
+            return True
+        del self._muted[namespace]
+        return False
+
     async def _write(self, key: EventKey, p: _Pending) -> None:
+        if self._is_muted(p.namespace):
+            self.dropped += 1
+            return
         now = self._timestamp()
         written = self._written.get(key)
         try:
@@ -176,4 +195,8 @@ class EventRecorder:
                 self._written.popitem(last=False)
         except Exception as exc:  # events are advisory: log and drop
             self.dropped += 1
+            if errors.is_namespace_terminating(exc):
+                self._muted[p.namespace] = self._clock.monotonic() + self._mute_seconds
+                log.debug("namespace terminating: its events muted", namespace=p.namespace)
+                return
             log.warning("event write failed", reason=p.reason, error=str(exc))

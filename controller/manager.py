@@ -100,6 +100,8 @@ class Manager:
 
     async def run(self) -> int:
         """Run until stopped (returns 0) or the lease is lost (returns 1)."""
+        # A second signal cancels everything, _run_phases included: not a clean stop.
+        code = 1
         async with anyio.create_task_group() as root:
             self._root = root
             if self.handle_signals:

@@ -6,8 +6,8 @@ Contract:
   replaces an object wholesale on every change, so readers holding an old reference keep
   a consistent old snapshot.
 - Indexers map an object to zero or more index values; ``by_index`` is O(hits). The
-  defaults index by namespace and by the UID of the controller ownerReference, so
-  "pods of this TFJob" does not scan all pods.
+  defaults index by namespace and by the UID and the name of the controller
+  ownerReference, so "pods of this TFJob" (or of a TFJob that is gone) scans nothing.
 - ``Store`` implements ``controller.types.CacheReader``. Only the informer writes.
 """
 
@@ -17,7 +17,7 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from controller.types import CONTROLLER_UID_INDEX, JSON, object_key
+from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX, JSON, object_key
 
 IndexFunc = Callable[[JSON], Iterable[str]]
 
@@ -46,9 +46,19 @@ def index_by_controller_uid(obj: JSON) -> list[str]:
     return []
 
 
+def index_by_controller_name(obj: JSON) -> list[str]:
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            name = ref.get("name")
+            return [object_key(meta.get("namespace"), name)] if name else []
+    return []
+
+
 DEFAULT_INDEXERS: Mapping[str, IndexFunc] = {
     NAMESPACE_INDEX: index_by_namespace,
     CONTROLLER_UID_INDEX: index_by_controller_uid,
+    CONTROLLER_NAME_INDEX: index_by_controller_name,
 }
 
 

@@ -20,6 +20,9 @@ from typing import Any, Protocol
 
 #: The cache index of objects by the UID of their controller ownerReference.
 CONTROLLER_UID_INDEX = "controller-uid"
+#: The cache index of objects by "namespace/name" of their controller ownerReference:
+#: finds the children of an owner that is gone from the cache, whatever its UID was.
+CONTROLLER_NAME_INDEX = "controller-name"
 
 #: A Kubernetes object as decoded JSON. Objects handed out by a cache are shared:
 #: callers MUST NOT mutate them.
@@ -87,8 +90,16 @@ class ObjectCreator(Protocol):
 
 
 class ObjectPatcher(Protocol):
-    async def patch(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
-        """A JSON merge patch of the object."""
+    async def patch(
+        self,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        content_type: str = "application/merge-patch+json",
+    ) -> JSON:
+        """A patch of the object, a JSON merge patch unless ``content_type`` says
+        otherwise."""
         ...
 
 

@@ -117,15 +117,14 @@ fi
 
 # --- kwok's own fast stages, kept beside the binaries ------------------------
 # kwok v0.8.0 has no built-in stages; the cluster runner passes these (plus our
-# exit-code stage) so it needs no Go toolchain at run time.
+# exit-code and deletion stages) so it needs no Go toolchain at run time.
 if [[ ! -f "$STAGES/pod-ready.yaml" ]]; then
   d="$WORK/kwok"; mkdir -p "$d"; cd "$d"
   [[ -f go.mod ]] || go mod init tfjob.local/kwokbin >/dev/null 2>&1
   kdir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p')
   mkdir -p "$STAGES"
   cp "$kdir/kustomize/stage/node/fast/node-initialize.yaml" \
-     "$kdir/kustomize/stage/pod/fast/pod-ready.yaml" \
-     "$kdir/kustomize/stage/pod/fast/pod-delete.yaml" "$STAGES/"
+     "$kdir/kustomize/stage/pod/fast/pod-ready.yaml" "$STAGES/"
   chmod 0644 "$STAGES"/*.yaml
   log "kwok stages copied to $STAGES"
 fi

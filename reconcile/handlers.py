@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from controller.types import JSON, EventHandler, Expectations, KeyQueue, controller_ref, object_key
-from reconcile.keys import pods_key, services_key
+from reconcile.keys import pods_key, releases_key, services_key
 from reconcile.metrics import JobMetrics
 from reconcile.names import API_VERSION, KIND
 from reconcile.pacing import PROGRESS_BATCH_SECONDS, STATUS_PACE_SECONDS
-from reconcile.pods import LIVE_PHASES, is_terminating, phase_of, restart_count
+from reconcile.pods import LIVE_PHASES, is_terminating, is_tracked, phase_of, restart_count
 
 
 def owner_job_key(obj: JSON) -> str | None:
@@ -73,6 +73,8 @@ def _child_handler(
             # A deletion in progress counts as observed once; the final delete, keyed by
             # UID, then finds nothing left to lower.
             expectations.deletion_observed(exp_key(key), new["metadata"]["uid"])
+        if pods and is_tracked(old) and not is_tracked(new):
+            expectations.deletion_observed(releases_key(key), new["metadata"]["uid"])
         if pods and is_progress_only(old, new):
             queue.add_after(key, PROGRESS_BATCH_SECONDS)
         else:
@@ -82,6 +84,8 @@ def _child_handler(
         key = owner_job_key(obj)
         if key:
             expectations.deletion_observed(exp_key(key), obj["metadata"]["uid"])
+            if pods:
+                expectations.deletion_observed(releases_key(key), obj["metadata"]["uid"])
             queue.add(key)
 
     return EventHandler(on_add=on_add, on_update=on_update, on_delete=on_delete)

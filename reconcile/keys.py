@@ -1,4 +1,5 @@
-"""The expectation keys of a job: one for its own status write, one per child kind.
+"""The expectation keys of a job: one for its own status write, one per child kind, one
+for the tracking finalizers it removed.
 
 The reconciler raises expectations under these keys and the event handlers lower them,
 so both sides must derive them the same way: here, and nowhere else.
@@ -15,6 +16,12 @@ def services_key(job_key: str) -> str:
     return f"{job_key}/services"
 
 
-def expectation_keys(job_key: str) -> tuple[str, str, str]:
-    """Every expectation key of a job: the job's (read-your-writes), pods', services'."""
-    return job_key, pods_key(job_key), services_key(job_key)
+def releases_key(job_key: str) -> str:
+    """Tracking finalizers removed (reconcile.tracking), by pod UID."""
+    return f"{job_key}/releases"
+
+
+def expectation_keys(job_key: str) -> tuple[str, str, str, str]:
+    """Every expectation key of a job: the job's (read-your-writes), pods', services',
+    and its pods' released tracking finalizers."""
+    return job_key, pods_key(job_key), services_key(job_key), releases_key(job_key)

@@ -51,6 +51,12 @@ MANAGED_BY_TRAINING_OPERATOR = "kubeflow.org/training-operator"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 MANAGED_BY_VALUES = (MANAGED_BY_TRAINING_OPERATOR, MANAGED_BY_MULTIKUEUE)
 
+#: On every pod the controller creates, removed by the controller only once the pod's
+#: end is recorded in the job's status (or no longer matters): a pod that finishes or
+#: is deleted while the controller is down stays readable until then (KEP-2307's
+#: scheme for Jobs, reconcile.tracking).
+TRACKING_FINALIZER = f"training.{GROUP}/tfjob-tracking"
+
 DEFAULT_CONTAINER_NAME = "tensorflow"
 DEFAULT_PORT_NAME = "tfjob-port"
 DEFAULT_PORT = 2222

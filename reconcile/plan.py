@@ -14,6 +14,9 @@ Order of decisions (each step returns early); the policy itself lives in its own
 5. otherwise: account every pod into the durable per-index record (reconcile.restart), reach
    a verdict (reconcile.verdict), compute the status (reconcile.status), then either finish
    (cleanup and TTL) or diff the children (reconcile.children).
+
+Every branch also says which pods' tracking finalizers come off (reconcile.tracking),
+judged against the status as stored, never the one this pass computes.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from reconcile.status import (
     suspended_status,
 )
 from reconcile.status_types import JobStatus, ReplicaStatus, stored_now
+from reconcile.tracking import active_releases, settled_releases, tracked
 from reconcile.verdict import Verdict, decide
 
 #: What the plan asks the orchestrator to record, once the status is stored.
@@ -89,6 +93,8 @@ class Plan:
     delete_pods: list[JSON] = field(default_factory=list)
     create_services: list[JSON] = field(default_factory=list)
     delete_services: list[JSON] = field(default_factory=list)
+    #: pods whose tracking finalizer comes off (reconcile.tracking)
+    release_pods: list[JSON] = field(default_factory=list)
     status: JSON | None = None  # the complete new .status if it differs, else None
     #: the status change moves only replica counts and Running (it may wait for company)
     progress_only: bool = False
@@ -103,7 +109,8 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
     if view.managed_by_other:
         return Plan(skip_reason="managed-by-other")
     if view.deleting:
-        return Plan(skip_reason="deleting")
+        # The garbage collector owns it; only let its pods go, so it can remove them.
+        return Plan(release_pods=tracked(snap.pods), skip_reason="deleting")
     if view.status_error is not None:
         # Fail closed: the unreadable status may record a finished job, or restarts
         # counted against backoffLimit; acting on "no status" would re-run the job.
@@ -113,7 +120,9 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
     if cond.is_finished(view.status.conditions):
         # The status is frozen at the moment the job finished: nothing is written here.
         done = finished_cleanup(view.run_policy, view.status, snap.pods, snap.services, snap.now)
-        return _cleanup_plan(done, skip_reason="finished" if done.idle else None)
+        releases = settled_releases(snap.pods, done.delete_pods)
+        idle = done.idle and not releases
+        return _cleanup_plan(done, releases, skip_reason="finished" if idle else None)
     now = stored_now(snap.now)
     tfjob = view.tfjob
     takeover: list[ConditionEvent] = []
@@ -130,7 +139,12 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
     if view.run_policy.suspend:
         pods, services = cleanup_deletions(CleanPodPolicy.ALL, snap.pods, snap.services)
         plan = _status_plan(view.status, suspended_status(view.status, tfjob, now))
-        return _with_children(plan, delete_pods=pods, delete_services=services)
+        return _with_children(
+            plan,
+            delete_pods=pods,
+            delete_services=services,
+            release_pods=settled_releases(snap.pods, pods),
+        )
     try:
         plan = _active_plan(snap, tfjob, now, config)
         return replace(plan, events=[*takeover, *plan.events]) if takeover else plan
@@ -159,6 +173,9 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
             plan,
             delete_pods=done.delete_pods,
             delete_services=done.delete_services,
+            release_pods=active_releases(
+                snap.pods, done.delete_pods, old, tfjob, resumed_at=clock.resumed_at
+            ),
             requeue_after=done.requeue_after,
         )
     create_svcs, delete_svcs = service_diff(
@@ -173,16 +190,18 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
     if deadline_in is not None:
         waits.append(deadline_in)
     plan = replace(plan, events=[*plan.events, *template_overrides(tfjob, creates)])
+    doomed = unique(
+        [p for o in outcomes.values() for p in o.delete] + foreign_pods(tfjob, snap.pods)
+    )
     return _with_children(
         plan,
         create_pods=new_pods(
             tfjob, creates, cluster_domain=config.cluster_domain, operator_name=config.operator_name
         ),
-        delete_pods=unique(
-            [p for o in outcomes.values() for p in o.delete] + foreign_pods(tfjob, snap.pods)
-        ),
+        delete_pods=doomed,
         create_services=create_svcs,
         delete_services=delete_svcs,
+        release_pods=active_releases(snap.pods, doomed, old, tfjob, resumed_at=clock.resumed_at),
         requeue_after=min(waits) if waits else None,
     )
 
@@ -231,10 +250,11 @@ def _invalid_plan(view: JobView, message: str, now: datetime) -> Plan:
     return _status_plan(view.status, new, failed_event_type=cond.WARNING)
 
 
-def _cleanup_plan(done: Cleanup, *, skip_reason: str | None) -> Plan:
+def _cleanup_plan(done: Cleanup, releases: list[JSON], *, skip_reason: str | None) -> Plan:
     return Plan(
         delete_pods=done.delete_pods,
         delete_services=done.delete_services,
+        release_pods=releases,
         requeue_after=done.requeue_after,
         delete_job=done.delete_job,
         skip_reason=skip_reason,
@@ -248,6 +268,7 @@ def _with_children(
     delete_pods: Sequence[JSON] = (),
     create_services: Sequence[JSON] = (),
     delete_services: Sequence[JSON] = (),
+    release_pods: Sequence[JSON] = (),
     requeue_after: float | None = None,
 ) -> Plan:
     return Plan(
@@ -255,6 +276,7 @@ def _with_children(
         delete_pods=list(delete_pods),
         create_services=list(create_services),
         delete_services=list(delete_services),
+        release_pods=list(release_pods),
         status=plan.status,
         progress_only=plan.progress_only,
         events=plan.events,

@@ -2,8 +2,9 @@
 
 Pods are plain dicts end to end. A template is deep-copied and only the fields the
 controller owns are overwritten (name, namespace, controller labels, ownerReferences,
-restartPolicy, TF_CONFIG), so any core/v1 field a user sets — including ones newer than
-this code — reaches the API server untouched (semantics §4.4).
+restartPolicy, TF_CONFIG; the tracking finalizer is added), so any core/v1 field a user
+sets — including ones newer than this code — reaches the API server untouched
+(semantics §4.4).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from reconcile.names import (
     API_VERSION,
     DEFAULT_CONTAINER_NAME,
     KIND,
+    TRACKING_FINALIZER,
     RestartPolicy,
     tensorflow_container_index,
 )
@@ -87,11 +89,18 @@ def build_pod(
             operator_name=operator_name,
         ),
         ownerReferences=[owner_reference(job)],
+        finalizers=_with_tracking(metadata.get("finalizers")),
     )
     spec["restartPolicy"] = pod_restart_policy(restart_policy)
     if tf_config is not None:
         _append_tf_config(spec, tf_config)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _with_tracking(finalizers: object) -> list[Any]:
+    # A template's own finalizers are kept: they are the user's business.
+    kept = finalizers if isinstance(finalizers, list) else []
+    return [*(f for f in kept if f != TRACKING_FINALIZER), TRACKING_FINALIZER]
 
 
 def _append_tf_config(spec: dict[str, Any], tf_config: str) -> None:
@@ -134,6 +143,15 @@ def phase_of(pod: Mapping[str, Any]) -> str:
 
 def is_terminating(obj: Mapping[str, Any]) -> bool:
     return bool(obj.get("metadata", {}).get("deletionTimestamp"))
+
+
+def is_tracked(pod: Mapping[str, Any]) -> bool:
+    """The pod still carries our tracking finalizer (reconcile.tracking)."""
+    return TRACKING_FINALIZER in (pod.get("metadata", {}).get("finalizers") or ())
+
+
+def is_scheduled(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
 
 
 def parse_time(value: object) -> datetime | None:

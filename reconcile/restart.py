@@ -48,6 +48,7 @@ from reconcile.pods import (
     exit_code,
     finished_at,
     has_condition,
+    is_scheduled,
     is_terminating,
     phase_of,
     restart_count,
@@ -115,6 +116,10 @@ def pod_outcome(
         created = created_at(pod)
         if resumed_at is not None and created is not None and created <= resumed_at:
             return PodOutcome.LEFTOVER
+        if phase == PodPhase.PENDING and not is_scheduled(pod):
+            # Deleted before any node took it: it never ran and no kubelet will end it
+            # (kept only by our tracking finalizer), so its deletion is its end.
+            return PodOutcome.DISRUPTED
         return PodOutcome.TERMINATING
     return PodOutcome.RUNNING if phase == PodPhase.RUNNING else PodOutcome.PENDING
 

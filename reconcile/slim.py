@@ -7,6 +7,7 @@ objects. These transforms build a new, much smaller dict holding exactly what th
 controller reads:
 
 - the informer and store (``controller/``): ``metadata.name/namespace/resourceVersion``,
+  ``metadata.finalizers`` (reconcile/tracking.py: is the pod still ours to release?),
   ``metadata.ownerReferences`` (controller ref: ``apiVersion/kind/name/uid/controller``),
   ``metadata.uid`` and ``metadata.deletionTimestamp`` (event handlers, expectations);
 - ``reconcile/labels.py``: ``metadata.labels`` (replica type and index);
@@ -22,7 +23,7 @@ controller reads:
 A few cheap fields nobody reads today are kept for logs and debugging (condition
 reason and lastTransitionTime, ``lastState``, container state reasons and start times,
 ``spec.nodeName/restartPolicy``, the container names, pod ``status.message``).
-Dropped on purpose: ``managedFields``, annotations, finalizers, the container specs
+Dropped on purpose: ``managedFields``, annotations, the container specs
 beyond their names, condition messages, container ``message``/``containerID``/``image``
 (a termination message alone can be 4 KB), IPs, QoS class, a service's ``spec``.
 
@@ -141,6 +142,9 @@ def _metadata(meta: Any) -> JSON:
     v = get("ownerReferences")
     if type(v) is list:
         out["ownerReferences"] = _owner_references(v)
+    v = get("finalizers")
+    if type(v) is list and v:
+        out["finalizers"] = [_intern(f) for f in v if type(f) is str]
     return out
 
 

@@ -1,6 +1,6 @@
 """The TFJob reconciler: one pass over one job, in a fixed order.
 
-    read from the cache → return early (gone, being deleted) → check expectations →
+    read from the cache → return early (gone: let its pods go) → check expectations →
     list owned pods and services from the cache indexes → read the job once
     (reconcile.spec) → compute the plan (pure) → apply it → write status once, only if
     it changed → emit events → requeue when a timer is due.
@@ -26,7 +26,9 @@ import anyio.to_thread
 import structlog
 
 from controller.types import (
+    CONTROLLER_NAME_INDEX,
     CONTROLLER_UID_INDEX,
+    JSON,
     CacheReader,
     Clock,
     EventSink,
@@ -39,10 +41,11 @@ from controller.types import (
 )
 from reconcile import conditions as cond
 from reconcile.failures import CreateFailures
-from reconcile.keys import expectation_keys, pods_key, services_key
+from reconcile.keys import expectation_keys, pods_key, releases_key, services_key
 from reconcile.metrics import JobMetrics
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.spec import JobView, SpecCache
+from reconcile.tracking import strays
 from reconcile.writes import ChildWrites, Outcome, delete_job, write_status
 
 #: How long to wait before looking again at a job whose writes are not yet observed.
@@ -110,6 +113,7 @@ class TFJobReconciler:
             events=events,
             spawner=spawner,
             failures=self.failures,
+            clock=clock,
             max_concurrent=max_concurrent_writes,
         )
 
@@ -118,16 +122,8 @@ class TFJobReconciler:
         # 1. Read from the cache; a job that is gone takes its expectations with it.
         raw = self.caches.jobs.get(namespace, name)
         if raw is None:
-            for k in expectation_keys(key):
-                self.expectations.delete(k)
-            self.specs.forget(key)
-            self.pacer.forget(key)
-            self.failures.forget(key)
-            return _done("gone")
-        # 2. A job being deleted is left to the garbage collector.
-        if (raw.get("metadata") or {}).get("deletionTimestamp"):
-            return _done("deleting")
-        # 3. Don't act on a stale view of our own writes: every create/delete we issued
+            return await self._gone(key)
+        # 2. Don't act on a stale view of our own writes: every create/delete we issued
         #    and the job's last status write must be visible in the caches first, or the
         #    plan would create a pod that already exists or undo a status just written.
         #    Creates still queued in the background count as not yet observed however
@@ -136,11 +132,17 @@ class TFJobReconciler:
             self.expectations.satisfied(k) for k in expectation_keys(key)
         ):
             return _done("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
-        # 4. Owned children, from the cache indexes.
+        # 3. Pods an earlier job of this name left tracked go first: their names are the
+        #    ones this job's pods will take.
         uid = raw["metadata"]["uid"]
+        stray = strays(self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key), uid)
+        if stray:
+            return await self._release_strays(key, stray)
+        # 4. Owned children, from the cache indexes.
         pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, uid)
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
-        # 5. The job read once, and the plan: pure.
+        # 5. The job read once, and the plan: pure. A job being deleted is the garbage
+        #    collector's: the plan only lets its pods go.
         view = self.specs.read(key, raw)
         failure = self.failures.persistent(key, uid)
         snap = Snapshot(view, pods, services, self.clock.now(), failure=failure)
@@ -151,7 +153,7 @@ class TFJobReconciler:
             plan = compute_plan(snap, self.config)
         if plan.skip_reason:
             structlog.contextvars.bind_contextvars(outcome=plan.skip_reason)
-        # 6. Apply it: deletes in the pass, creates handed to the background.
+        # 6. Apply it: deletes and releases in the pass, creates handed to the background.
         outcome = Outcome()
         await self._children.apply(key, view, plan, outcome)
         if plan.delete_job:
@@ -168,6 +170,7 @@ class TFJobReconciler:
             created=outcome.created,
             creates_handed_off=outcome.handed_off,
             deleted=outcome.deleted,
+            released=outcome.released,
             status_written=outcome.status_written,
         )
         if outcome.errors:
@@ -179,6 +182,32 @@ class TFJobReconciler:
             # The backlog is full of other jobs' creates: look again once it drains.
             requeue_after = min(requeue_after or BACKLOG_RECHECK_SECONDS, BACKLOG_RECHECK_SECONDS)
         return Result(requeue_after=requeue_after)
+
+    async def _gone(self, key: str) -> Result:
+        """The job is gone: forget it, once no pod of it still carries our finalizer
+        (deleted while the controller was down, or just now: the garbage collector is
+        deleting its pods, and they cannot go until they are let go)."""
+        stray = strays(self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key), None)
+        if stray:
+            return await self._release_strays(key, stray, outcome="gone")
+        for k in expectation_keys(key):
+            self.expectations.delete(k)
+        self.specs.forget(key)
+        self.pacer.forget(key)
+        self.failures.forget(key)
+        return _done("gone")
+
+    async def _release_strays(
+        self, key: str, stray: list[JSON], *, outcome: str = "releasing-strays"
+    ) -> Result:
+        if not self.expectations.satisfied(releases_key(key)):
+            return _done("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
+        done = Outcome()
+        await self._children.release(key, stray, done)
+        structlog.contextvars.bind_contextvars(outcome=outcome, released=done.released)
+        if done.errors:
+            raise done.errors[0]
+        return Result()
 
     async def _write_status(
         self, key: str, view: JobView, plan: Plan, outcome: Outcome

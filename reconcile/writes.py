@@ -11,9 +11,12 @@ Rules every write here keeps:
   FailedDelete*) and a log line; a create refused permanently is also counted towards
   failing the job (reconcile.failures);
 - a create refused because the namespace is being deleted is dropped quietly: the job
-  goes with the namespace.
-Deletes run in the pass, concurrently up to a bound; creates are spawned (Spawner) so the
-pass does not wait on them, and a failed create raises inside its spawned work.
+  goes with the namespace, and for ``TERMINATING_NAMESPACE_SECONDS`` no other create
+  is sent there (a large job would otherwise spend a token on each of its pods).
+Deletes and tracking-finalizer releases run in the pass, concurrently up to a bound (a
+release is one UID-preconditioned patch, with no event: it is bookkeeping, not news);
+creates are spawned (Spawner) so the pass does not wait on them, and a failed create
+raises inside its spawned work.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ import anyio.lowlevel
 import structlog
 
 from controller import errors
-from controller.types import JSON, EventSink, Expectations, ObjectWriter, Spawner
+from controller.types import JSON, Clock, EventSink, Expectations, ObjectWriter, Spawner
 from reconcile import conditions as cond
 from reconcile.failures import CreateFailures
-from reconcile.keys import pods_key, services_key
+from reconcile.keys import pods_key, releases_key, services_key
+from reconcile.names import TRACKING_FINALIZER
 from reconcile.plan import Plan
 from reconcile.spec import JobView
+from reconcile.tracking import PATCH_TYPE, release_patch
 
 log = structlog.get_logger("tfjob")
 
@@ -45,6 +50,8 @@ MAX_JOB_BACKLOG = 500
 MAX_BACKLOG = 5000
 #: Creates handed to the background between two turns of the event loop.
 SPAWN_BATCH = 100
+#: How long creates into a namespace that refused one as terminating are not sent.
+TERMINATING_NAMESPACE_SECONDS = 30.0
 #: How much of an API error goes into an event message.
 MAX_ERROR_MESSAGE = 300
 
@@ -59,6 +66,8 @@ class Outcome:
     #: planned creates left for a later pass (the backlog was full)
     deferred: int = 0
     deleted: int = 0
+    #: tracking finalizers removed
+    released: int = 0
     failed_writes: int = 0
     status_written: bool = False
     errors: list[BaseException] = field(default_factory=list)
@@ -81,6 +90,7 @@ class ChildWrites:
         events: EventSink,
         spawner: Spawner,
         failures: CreateFailures,
+        clock: Clock,
         max_concurrent: int = 64,
     ) -> None:
         self._pods = pods
@@ -90,6 +100,9 @@ class ChildWrites:
         self._spawner = spawner
         self._failures = failures
         self._max_concurrent = max_concurrent
+        self._clock = clock
+        #: namespaces being deleted, and until when no create is sent there
+        self._terminating: dict[str, float] = {}
 
     async def apply(self, key: str, job: JobView, plan: Plan, outcome: Outcome) -> None:
         pods = _Child("Pod", self._pods, pods_key(key))
@@ -123,9 +136,17 @@ class ChildWrites:
                     # A new task costs tens of microseconds: a large job's 2,000 would
                     # hold the event loop for 100 ms without a turn for anyone else.
                     await anyio.lowlevel.checkpoint()
-        deletes = [self._deleter(job, pods, p, outcome) for p in plan.delete_pods]
-        deletes += [self._deleter(job, services, s, outcome) for s in plan.delete_services]
-        if not deletes:
+        writes = [self._deleter(job, pods, p, outcome) for p in plan.delete_pods]
+        writes += [self._deleter(job, services, s, outcome) for s in plan.delete_services]
+        writes += self._releasers(key, plan.release_pods, outcome)
+        await self._bounded(writes)
+
+    async def release(self, key: str, pods: list[JSON], outcome: Outcome) -> None:
+        """Remove the tracking finalizer from ``pods`` (the pods of a job that is gone)."""
+        await self._bounded(self._releasers(key, pods, outcome))
+
+    async def _bounded(self, writes: list[Callable[[], Awaitable[None]]]) -> None:
+        if not writes:
             return
         limiter = anyio.Semaphore(self._max_concurrent)
 
@@ -134,8 +155,49 @@ class ChildWrites:
                 await fn()
 
         async with anyio.create_task_group() as tg:
-            for fn in deletes:
+            for fn in writes:
                 tg.start_soon(bounded, fn)
+
+    def _releasers(
+        self, key: str, pods: list[JSON], outcome: Outcome
+    ) -> list[Callable[[], Awaitable[None]]]:
+        if not pods:
+            return []
+        exp_key = releases_key(key)
+        self._expectations.expect_deletions(exp_key, [p["metadata"]["uid"] for p in pods])
+        return [self._releaser(exp_key, p, outcome) for p in pods]
+
+    def _releaser(self, exp_key: str, pod: JSON, outcome: Outcome) -> Callable[[], Awaitable[None]]:
+        meta = pod["metadata"]
+
+        async def release() -> None:
+            uid = meta["uid"]
+            patch = release_patch(TRACKING_FINALIZER, uid)
+            try:
+                written = await self._pods.patch(
+                    meta["namespace"], meta["name"], patch, content_type=PATCH_TYPE
+                )
+            except (errors.NotFound, errors.Conflict, errors.Invalid):
+                # Gone, or a same-named successor (the UID precondition): nothing of
+                # ours is left on it, and no event of this pod will come.
+                self._expectations.deletion_observed(exp_key, uid)
+                return
+            except Exception as e:
+                self._expectations.deletion_observed(exp_key, uid)
+                outcome.failed_writes += 1
+                pod_key = f"{meta['namespace']}/{meta['name']}"
+                log.warning("release failed", pod=pod_key, error=str(e))
+                outcome.errors.append(e)  # the pass is retried
+                return
+            if (written.get("metadata") or {}).get("resourceVersion") == meta.get(
+                "resourceVersion"
+            ):
+                # Unchanged (already released): no watch event will lower it.
+                self._expectations.deletion_observed(exp_key, uid)
+                return
+            outcome.released += 1
+
+        return release
 
     def _creator(
         self, key: str, job: JobView, child: _Child, body: JSON, outcome: Outcome
@@ -144,6 +206,9 @@ class ChildWrites:
 
         async def create() -> None:
             namespace = meta.get("namespace") or job.namespace
+            if self._terminating.get(namespace, 0.0) > self._clock.monotonic():
+                self._expectations.creation_observed(child.exp_key)
+                return
             # AlreadyExists: deterministic names, so it is there already, and no create
             # event of ours will arrive for this attempt.
             try:
@@ -209,6 +274,9 @@ class ChildWrites:
             observed()
             if errors.is_namespace_terminating(e):
                 log.debug("namespace terminating", kind=child.kind, name=name)
+                now = self._clock.monotonic()
+                self._terminating = {ns: t for ns, t in self._terminating.items() if t > now}
+                self._terminating[job.namespace] = now + TERMINATING_NAMESPACE_SECONDS
                 return False
             self._failed(job, outcome, verb, child.kind, name, e)
             raise

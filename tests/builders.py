@@ -19,6 +19,7 @@ from reconcile.labels import (
     replica_labels,
     replica_name,
 )
+from reconcile.names import TRACKING_FINALIZER
 from reconcile.pods import JobRef, owner_reference
 from reconcile.services import build_service
 from reconcile.status_types import format_time
@@ -184,9 +185,18 @@ class PodBuilder:
                 "ownerReferences": [owner_reference(ref)],
                 "creationTimestamp": ts(1),
             },
-            "spec": {"containers": [container()]},
+            "spec": {"nodeName": "node-1", "containers": [container()]},
             "status": {"phase": "Pending"},
         }
+
+    def tracked(self) -> Self:
+        """Carrying the controller's tracking finalizer, as every pod it creates does."""
+        self._pod["metadata"]["finalizers"] = [TRACKING_FINALIZER]
+        return self
+
+    def unscheduled(self) -> Self:
+        self._pod["spec"].pop("nodeName", None)
+        return self
 
     def uid(self, uid: str) -> Self:
         self._pod["metadata"]["uid"] = uid

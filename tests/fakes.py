@@ -50,6 +50,7 @@ class RecordingWriter:
             500, "InternalError", "boom"
         )
         self.statuses: list[dict[str, Any]] = []
+        self.patched: list[tuple[str, Mapping[str, Any]]] = []
         self.create_attempts = 0
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
@@ -72,7 +73,8 @@ class RecordingWriter:
         return {"metadata": {"resourceVersion": str(100 + len(self.statuses))}}
 
     async def patch(self, namespace: str, name: str, body: Mapping[str, Any], **kw: Any) -> JSON:
-        raise AssertionError("no patches expected")
+        self.patched.append((name, body))
+        return {"metadata": {"name": name, "resourceVersion": f"patched-{len(self.patched)}"}}
 
 
 class ReconcilerWorld:

@@ -44,9 +44,9 @@ from controller.metrics import Metrics
 from controller.pacer import Pacer
 from controller.runtime import Controller
 from controller.server import add_server_flags, serve_probes
-from controller.store import IndexFunc, index_by_controller_uid
+from controller.store import IndexFunc, index_by_controller_name, index_by_controller_uid
 from controller.transforms import Transform, chain_transforms, strip_managed_fields
-from controller.types import CONTROLLER_UID_INDEX
+from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX
 from controller.workqueue import WorkQueue
 from reconcile.handlers import job_handler, pod_handler, service_handler
 from reconcile.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
@@ -67,8 +67,12 @@ CONTROLLER_NAME = "tfjob-controller"
 JOB_TRANSFORM: Transform = strip_managed_fields
 POD_TRANSFORM: Transform = chain_transforms(strip_managed_fields, slim_pod)
 SERVICE_TRANSFORM: Transform = chain_transforms(strip_managed_fields, slim_service)
-#: Children are only ever looked up by their controller's UID (reconcile.tfjob).
-CHILD_INDEXERS: dict[str, IndexFunc] = {CONTROLLER_UID_INDEX: index_by_controller_uid}
+#: Children are looked up by their controller's UID, and by its name when the job is
+#: gone or was recreated (reconcile.tfjob, reconcile.tracking).
+CHILD_INDEXERS: dict[str, IndexFunc] = {
+    CONTROLLER_UID_INDEX: index_by_controller_uid,
+    CONTROLLER_NAME_INDEX: index_by_controller_name,
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

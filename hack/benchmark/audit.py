@@ -131,10 +131,15 @@ def status_writes(r: Requests) -> int:
     return r.total(("update", "patch"), ("tfjobs/status",))
 
 
+def release_writes(r: Requests) -> int:
+    """Pod patches: the tracking finalizer coming off (reconcile.tracking)."""
+    return r.count("patch", "pods")
+
+
 def other_writes(r: Requests) -> int:
     return r.total(
         ("update", "patch", "delete", "deletecollection"), ("pods", "services", "tfjobs")
-    )
+    ) - release_writes(r)
 
 
 def workload_writes(r: Requests) -> int:

@@ -68,19 +68,19 @@ async def create_namespace(http: Http, ns: str) -> None:
         raise RuntimeError(f"create namespace {ns}: {status} {body}")
 
 
-async def delete_namespace(http: Http, ns: str, limit_s: float = 180) -> None:
-    """Remove pods and services at once (grace 0, so kwok need not act; one DELETE per
-    object in parallel, as a collection delete runs them one by one), then the namespace,
-    and wait until it is gone."""
-    t0 = time.monotonic()
-    opts = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+DELETE_NOW = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+
+
+async def delete_children(http: Http, ns: str, plurals: tuple[str, ...]) -> None:
+    """Delete every pod or service of ``ns`` (grace 0, so kwok need not act; one DELETE
+    per object in parallel, as a collection delete runs them one by one)."""
     sem = asyncio.Semaphore(32)
 
     async def delete(path: str) -> None:
         async with sem:
-            await http.req("DELETE", path, opts)
+            await http.req("DELETE", path, DELETE_NOW)
 
-    for plural in ("pods", "services"):
+    for plural in plurals:
         status, lst = await http.req("GET", f"/api/v1/namespaces/{ns}/{plural}")
         if status == 200:
             await asyncio.gather(
@@ -89,8 +89,26 @@ async def delete_namespace(http: Http, ns: str, limit_s: float = 180) -> None:
                     for item in lst["items"]
                 )
             )
+
+
+async def wait_no_pods(http: Http, ns: str, limit_s: float) -> float | None:
+    """Seconds until ``ns`` has no pod left (deleted pods go once nothing holds them),
+    None past ``limit_s``."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        status, lst = await http.req("GET", f"/api/v1/namespaces/{ns}/pods")
+        if status == 200 and not lst["items"]:
+            return time.monotonic() - t0
+        await asyncio.sleep(0.25)
+    return None
+
+
+async def delete_namespace(http: Http, ns: str, limit_s: float = 180) -> None:
+    """Remove pods and services at once, then the namespace, and wait until it is gone."""
+    t0 = time.monotonic()
+    await delete_children(http, ns, ("pods", "services"))
     t_objects = time.monotonic() - t0
-    await http.req("DELETE", f"/api/v1/namespaces/{ns}", opts)
+    await http.req("DELETE", f"/api/v1/namespaces/{ns}", DELETE_NOW)
     while time.monotonic() - t0 < limit_s:
         status, _ = await http.req("GET", f"/api/v1/namespaces/{ns}")
         if status == 404:

@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hack.benchmark.audit import ALL_RESOURCES, codes, other_writes, status_writes, workload_writes
+from hack.benchmark.audit import (
+    ALL_RESOURCES,
+    codes,
+    other_writes,
+    release_writes,
+    status_writes,
+    workload_writes,
+)
 from hack.benchmark.common import REPO, pct, say
 from hack.benchmark.results import PhaseResult
 
@@ -70,6 +77,16 @@ def report(args: argparse.Namespace, runs: list[tuple[PhaseResult, PhaseResult]]
         lambda o, f: f"{status_writes(o.requests)} ({status_writes(o.requests) / n:.2f})",
     )
     row("(c) other writes on pods/services/tfjobs", lambda o, f: str(other_writes(o.requests)))
+    row(
+        f"(c) tracking-finalizer releases: pod patches / pods ({n * m})",
+        lambda o, f: (
+            f"{release_writes(o.requests)} / {n * m} = {release_writes(o.requests) / (n * m):.2f}"
+        ),
+    )
+    row(
+        "(c) all pods deleted → gone, finalizers released (s)",
+        lambda o, f: fmt(o.released_s, ".1f"),
+    )
     row(
         f"(c) workload writes / minimum ({minimum} = 2·N·M + 3·N)",
         lambda o, f: (

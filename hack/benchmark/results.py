@@ -26,6 +26,8 @@ class PhaseResult:
     cpu_s: float | None = None
     peak_rss: int | None = None
     profiled: bool = False
+    #: pods deleted → all gone, their tracking finalizers released (ours only)
+    released_s: float | None = None
     #: 1-minute load average at the end of the phase (the machine may be shared)
     load: float = field(default_factory=lambda: os.getloadavg()[0])
 
@@ -60,6 +62,7 @@ class PhaseResult:
             "succeeded_latency_s": quantiles(self.succeeded_lat),
             "cpu_s": self.cpu_s,
             "peak_rss_bytes": self.peak_rss,
+            "released_s": self.released_s,
             "requests": {
                 f"{v} {r} {c}": k for (v, r, c), k in sorted(self.requests.by_verb.items())
             },

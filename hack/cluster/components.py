@@ -26,13 +26,14 @@ def build_binaries() -> Path:
 
 def kwok_stage_files(bins: Path) -> list[Path]:
     """kwok's own fast node/pod stages (copied beside the binaries by
-    build-binaries.sh), plus our exit-code stage."""
+    build-binaries.sh), our exit-code stage, and our deletion stages in place of kwok's
+    pod-delete (which ignores finalizers)."""
     stages = bins.parent / "stages"
     files = [
         stages / "node-initialize.yaml",
         stages / "pod-ready.yaml",
-        stages / "pod-delete.yaml",
         REPO / "hack/kwok-exit-stage.yaml",
+        REPO / "hack/kwok-delete-stages.yaml",
     ]
     for f in files:
         if not f.exists():

@@ -261,6 +261,21 @@ def wait_running(
     return pods
 
 
+def wait_namespaces_gone(kube: Kube, timeout: float = 180) -> None:
+    """Earlier tests' namespaces, deleted in the background, finish going. A test that
+    runs a controller of its own waits for them first: their jobs would hand it their
+    pods to let go and creates to refuse, on its rate limit (and its 2 CPUs)."""
+    wait_for(
+        lambda: not [
+            n
+            for n in kube.req("GET", "/api/v1/namespaces")["items"]
+            if n["status"].get("phase") == "Terminating"
+        ],
+        timeout,
+        "earlier tests' namespaces to be gone",
+    )
+
+
 def sample(name: str = "tfjob-chief-ps-workers") -> dict[str, Any]:
     """A TFJob from config/samples/."""
     return dict(yaml.safe_load((REPO / "config" / "samples" / f"{name}.yaml").read_text()))

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from reconcile.models import dump_tfjob, parse_tfjob
+from reconcile.names import MANAGED_BY_MULTIKUEUE
 from reconcile.status_types import JobCondition, JobStatus, ReplicaStatus
 from tests.conftest import Cluster
 from tests.unit.reconcile.test_models import CONFORMANCE, SAMPLES, conformance_examples
@@ -499,7 +500,8 @@ def test_update_rules(
 def test_status_subresource_keeps_what_the_controller_writes(
     cluster: Cluster, namespace: str
 ) -> None:
-    stored = create_ok(cluster, namespace, tfjob())
+    # Managed elsewhere: the session's controller must not write a status in between.
+    stored = create_ok(cluster, namespace, tfjob(runPolicy={"managedBy": MANAGED_BY_MULTIKUEUE}))
     status = JobStatus(
         conditions=[
             JobCondition(

@@ -172,14 +172,13 @@ def test_on_failure_deleted_pod_replaced_after_gone(
     with PodHistory(cluster, ns) as history, JobHistory(cluster, ns) as jobs:
         wait_running(kube, ns, "of", 3)
         old = uid_of(kube, ns, "of-worker-1")
-        # A finalizer keeps the deleted pod Terminating until the test lets it go, so the
-        # window in which a replacement would overlap it is as long as we like.
-        kube.req(
-            "PATCH",
-            f"/api/v1/namespaces/{ns}/pods/of-worker-1",
-            {"metadata": {"finalizers": ["test.kubeflow.org/hold"]}},
-            "application/merge-patch+json",
-        )
+        # The program is still within its grace period (kwok's deletion stage holds a pod
+        # annotated so, running and terminating) for as long as the test likes: the window
+        # in which a replacement would overlap it.
+        pod_path = f"/api/v1/namespaces/{ns}/pods/of-worker-1"
+        hold = {"kwok.test/hold-on-delete": "1"}
+        kube.req("PATCH", pod_path, {"metadata": {"annotations": hold}},
+                 "application/merge-patch+json")  # fmt: skip
         kube.delete_pod(ns, "of-worker-1")
         # The controller has seen the terminating pod; its end is not known yet (it may
         # still exit 0 within its grace period), so nothing is counted yet ...
@@ -192,13 +191,10 @@ def test_on_failure_deleted_pod_replaced_after_gone(
             "of-worker-0": "Running",
             "of-worker-1": "Running+T",
         }
-        kube.req(
-            "PATCH",
-            f"/api/v1/namespaces/{ns}/pods/of-worker-1",
-            {"metadata": {"finalizers": None}},
-            "application/merge-patch+json",
-        )
-        # Gone without an end it saw: a disruption, counted before it is replaced.
+        kube.req("PATCH", pod_path, {"metadata": {"annotations": {"kwok.test/hold-on-delete": None}}},
+                 "application/merge-patch+json")  # fmt: skip
+        # Killed at the end of its grace period (exit 137): a disruption, counted before
+        # it is let go and replaced.
         job = wait_for(
             lambda: (j := kube.tfjob(ns, "of")) and rs(j, "Worker")["disruptions"] == 1 and j,
             10,

@@ -89,3 +89,28 @@ async def test_buffer_is_bounded_and_failures_never_raise() -> None:
     assert rec.dropped == 4, "failed writes are dropped, not retried"
     assert w.calls == []
     assert rec.backlog == 0
+
+
+async def test_a_terminating_namespace_is_muted_for_a_while() -> None:
+    w = FakeEvents()
+    clock = FakeClock()
+    rec = EventRecorder(w, "tfjob-controller", clock=clock, host="h", mute_seconds=300)
+    w.fail_create = errors.Forbidden(
+        403, "Forbidden", "namespace is being terminated",
+        {"causes": [{"reason": "NamespaceTerminating"}]},
+    )  # fmt: skip
+    rec.event(JOB, "Normal", "A", "1")
+    await rec.flush()
+    w.fail_create = None
+    other = {**JOB, "metadata": {**JOB["metadata"], "namespace": "other", "uid": "u-2"}}
+    for reason in ("B", "C"):
+        rec.event(JOB, "Normal", reason, "1")
+    rec.event(other, "Normal", "B", "1")
+    await rec.flush()
+    # nothing more is sent to the namespace going away; other namespaces are unaffected
+    assert [(c[1], c[2]["reason"]) for c in w.calls] == [("other", "B")]
+    assert rec.dropped == 3
+    clock.advance(301)
+    rec.event(JOB, "Normal", "D", "1")
+    await rec.flush()
+    assert w.calls[-1][1:] and w.calls[-1][2]["reason"] == "D"

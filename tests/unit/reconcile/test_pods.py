@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from reconcile.names import TRACKING_FINALIZER
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.pods import (
     NO_EXIT_CODE,
@@ -64,7 +65,10 @@ def test_build_pod_full_body() -> None:
         P + "replica-type": "worker",
         P + "replica-index": "1",
     }
-    assert meta["annotations"] == {"note": "kept"} and meta["finalizers"] == ["example.com/f"]
+    assert meta["annotations"] == {"note": "kept"} and meta["finalizers"] == [
+        "example.com/f",
+        TRACKING_FINALIZER,
+    ]
     assert meta["ownerReferences"] == [
         {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "j", "uid": "u1",
          "controller": True, "blockOwnerDeletion": True},

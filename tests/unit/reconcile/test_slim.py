@@ -401,7 +401,9 @@ def test_dropped_fields() -> None:
     full = full_pod(make_pod(job, "Worker", 0).failed(code=1).obj())
     slim = slim_pod(full)
     meta = slim["metadata"]
-    assert not {"managedFields", "annotations", "finalizers", "generateName"} & meta.keys()
+    assert not {"managedFields", "annotations", "generateName"} & meta.keys()
+    # finalizers are kept: reconcile.tracking reads them
+    assert meta["finalizers"] == ["example.com/keep"]
     assert slim["spec"] == {
         "nodeName": "node-1",
         "restartPolicy": "Never",

@@ -17,7 +17,7 @@ from reconcile.keys import pods_key, services_key
 from reconcile.names import MANAGED_BY_MULTIKUEUE
 from reconcile.pacing import STATUS_PACE_SECONDS
 from reconcile.tfjob import DEFAULT_FAILED_CREATE_GRACE
-from reconcile.writes import MAX_JOB_BACKLOG
+from reconcile.writes import MAX_JOB_BACKLOG, TERMINATING_NAMESPACE_SECONDS
 from tests.builders import make_pod, make_tfjob
 from tests.fakes import ReconcilerWorld
 
@@ -91,6 +91,12 @@ async def test_a_gone_job_takes_its_expectations_and_spec_with_it() -> None:
     assert len(w.reconciler.specs) == 1
     w.expectations.expect_creations(pods_key(KEY), 1)
     w.jobs.delete(KEY)
+    # Its pod still carries our finalizer: it is let go first, and the job remembered
+    # until the pod is seen without it.
+    assert await reconcile(w) == ("gone", None)
+    assert [name for name, _ in w.writer.patched] == ["t-worker-0"]
+    assert len(w.reconciler.specs) == 1
+    w.pods.delete("ns/t-worker-0")
     assert await reconcile(w) == ("gone", None)
     assert w.expectations.satisfied(pods_key(KEY))
     assert len(w.reconciler.specs) == 0
@@ -264,6 +270,25 @@ async def test_a_create_refused_by_a_terminating_namespace_is_dropped_quietly() 
     assert "FailedCreatePod" not in w.events.reasons
     assert w.queue.num_requeues(KEY) == 0, "nothing to retry: the job goes with its namespace"
     assert _status_condition(w, "Failed") is None
+
+
+async def test_no_create_is_sent_to_a_namespace_that_refused_one_as_terminating() -> None:
+    w = ReconcilerWorld(make_tfjob("t").worker(3).obj())
+    w.writer.fail = {"t-worker-0", "t-worker-1", "t-worker-2"}
+    w.writer.error = lambda: errors.Forbidden(
+        403, "Forbidden", "being terminated", {"causes": [{"reason": "NamespaceTerminating"}]}
+    )  # fmt: skip
+    await reconcile(w)
+    w.store_status()
+    sent = w.writer.create_attempts  # those already on their way when the first was refused
+    # A later pass sends none for a while (each would spend a token of the client's rate
+    # limit for nothing: a job of 1,000 pods would hold the bucket for 50 s) ...
+    assert await reconcile(w) == (None, None)
+    assert w.writer.create_attempts == sent
+    # ... then looks again.
+    w.clock.advance(TERMINATING_NAMESPACE_SECONDS + 1)
+    await reconcile(w)
+    assert w.writer.create_attempts > sent
 
 
 async def test_the_create_backlog_is_bounded_and_queued_creates_never_expire() -> None:

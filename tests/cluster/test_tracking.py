@@ -1,0 +1,179 @@
+"""Outcome tracking on the real cluster: every pod the controller creates carries its
+tracking finalizer until the pod's end is in the job's status (reconcile.tracking).
+
+Each test here is a way a pod's end used to be lost or miscounted (issue 11): finished
+while the controller was down and deleted before it came back, deleted before it ever
+ran, force-deleted, or left behind by a job deleted while the controller was down. The
+local kwok deletes pods the way a kubelet does (hack/kwok-delete-stages.yaml): a deleted
+pod is killed (exit 137), then deleted for good, which a finalizer holds off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconcile.names import TRACKING_FINALIZER
+from tests.cluster.kube import ControllerProcess, Kube, PodHistory, wait_for, wait_job, wait_running
+from tests.cluster.policy_helpers import (
+    TEMPLATE,
+    make_job,
+    replaced_after_gone,
+    rs,
+    settled,
+    uid_of,
+)
+from tests.conftest import Cluster
+
+
+def terminating(pod: dict[str, Any] | None, phase: str) -> bool:
+    return bool(
+        pod
+        and pod["metadata"].get("deletionTimestamp")
+        and pod.get("status", {}).get("phase") == phase
+    )
+
+
+def test_every_created_pod_carries_the_finalizer(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    kube.create_tfjob(namespace, make_job("fin", chief="Never", workers=(2, "OnFailure")))
+    for pod in wait_running(kube, namespace, "fin", 3):
+        assert TRACKING_FINALIZER in pod["metadata"]["finalizers"], pod["metadata"]["name"]
+
+
+def test_a_chief_that_succeeds_while_the_controller_is_down_and_is_then_deleted(
+    controller: ControllerProcess, kube: Kube, namespace: str, cluster: Cluster
+) -> None:
+    ns = namespace
+    kube.create_tfjob(ns, make_job("down", chief="Never", workers=(1, "Never")))
+    with PodHistory(cluster, ns) as history:
+        wait_running(kube, ns, "down", 2)
+        controller.stop()
+        try:
+            kube.exit_pod(ns, "down-chief-0", 0)
+            wait_for(lambda: (p := kube.pod(ns, "down-chief-0")) and
+                     p["status"]["phase"] == "Succeeded", 20, "chief Succeeded")  # fmt: skip
+            # pod GC, a cleanup cron: the ended pod is deleted before the controller is back
+            kube.delete_pod(ns, "down-chief-0")
+            wait_for(lambda: terminating(kube.pod(ns, "down-chief-0"), "Succeeded"), 20,
+                     "the deleted chief held by the finalizer")  # fmt: skip
+        finally:
+            controller.start()
+        done = wait_job(kube, ns, "down", "Succeeded")
+        wait_for(lambda: kube.pod(ns, "down-chief-0") is None, 20, "chief let go")
+        settled(kube, controller, ns, "down")
+    chief = rs(done, "Chief")
+    assert (chief["succeeded"], chief["disruptions"], chief["restarts"]) == (1, 0, 0)
+    # never re-run: each pod created once
+    assert sorted(n for t, n, _ in history.events if t == "ADDED") == [
+        "down-chief-0",
+        "down-worker-0",
+    ]
+    assert history.violations == []
+
+
+def test_a_pod_deleted_before_it_ever_ran_is_counted_and_replaced(
+    controller: ControllerProcess, kube: Kube, namespace: str, cluster: Cluster
+) -> None:
+    ns = namespace
+    job = make_job("early", chief=None, workers=(2, "Never"))
+    # no node can take the workers: they stay Pending, unscheduled
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"] = {
+        "spec": {**TEMPLATE["spec"], "nodeSelector": {"tfjob-test/none": "none"}}
+    }
+    kube.create_tfjob(ns, job)
+    wait_for(lambda: len(kube.pods(ns, "early")) == 2, 20, "two pending workers")
+    with PodHistory(cluster, ns) as history:
+        old = uid_of(kube, ns, "early-worker-1")
+        kube.delete_pod(ns, "early-worker-1")  # a descheduler, a queue controller
+        got = wait_for(lambda: (j := kube.tfjob(ns, "early")) and
+                       rs(j, "Worker")["disruptions"] == 1 and j, 20, "disruption")  # fmt: skip
+        wait_for(lambda: (p := kube.pod(ns, "early-worker-1")) and p["metadata"]["uid"] != old,
+                 20, "replacement")  # fmt: skip
+        replaced_after_gone(history, old, "early-worker-1")
+        settled(kube, controller, ns, "early")
+    worker = rs(got, "Worker")
+    assert (worker["restarts"], worker["failed"]) == (0, 0)
+    assert rs(kube.tfjob(ns, "early"), "Worker")["disruptions"] == 1
+    assert history.violations == []
+
+
+def test_a_force_deleted_running_pod_is_one_disruption(
+    controller: ControllerProcess, kube: Kube, namespace: str, cluster: Cluster
+) -> None:
+    ns = namespace
+    kube.create_tfjob(ns, make_job("force", chief="Never", workers=(2, "Never")))
+    with PodHistory(cluster, ns) as history:
+        wait_running(kube, ns, "force", 3)
+        old = uid_of(kube, ns, "force-worker-0")
+        kube.delete_pod(ns, "force-worker-0", grace=0)
+        wait_running(kube, ns, "force", 3)
+        replaced_after_gone(history, old, "force-worker-0")
+        settled(kube, controller, ns, "force")
+    worker = rs(kube.tfjob(ns, "force"), "Worker")
+    assert (worker["disruptions"], worker["restarts"], worker["failed"]) == (1, 0, 0)
+    assert history.violations == []
+
+
+def test_a_pod_stripped_of_its_finalizer_is_still_counted_when_it_vanishes(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """Pods created before tracking, or whose finalizer was removed by hand, fall back on
+    the record of what was running (activeIndexes)."""
+    ns = namespace
+    kube.create_tfjob(ns, make_job("bare", chief="Never", workers=(1, "Never")))
+    wait_running(kube, ns, "bare", 2)
+    kube.req("PATCH", f"/api/v1/namespaces/{ns}/pods/bare-worker-0",
+             {"metadata": {"finalizers": None}}, "application/merge-patch+json")  # fmt: skip
+    kube.delete_pod(ns, "bare-worker-0", grace=0)
+    wait_running(kube, ns, "bare", 2)
+    settled(kube, controller, ns, "bare")
+    worker = rs(kube.tfjob(ns, "bare"), "Worker")
+    assert (worker["disruptions"], worker["restarts"], worker["failed"]) == (1, 0, 0)
+
+
+def test_pods_of_a_job_deleted_while_the_controller_is_down_are_let_go(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    kube.create_tfjob(ns, make_job("orphaned", chief="Never", workers=(2, "Never")))
+    wait_running(kube, ns, "orphaned", 3)
+    controller.stop()
+    try:
+        kube.req("DELETE", f"{kube.tfjobs(ns)}/orphaned", {"propagationPolicy": "Background"})
+        # the garbage collector deletes them; the finalizer holds them, ended
+        wait_for(lambda: (ps := kube.pods(ns, "orphaned")) and len(ps) == 3 and
+                 all(terminating(p, "Failed") for p in ps), 30, "pods held")  # fmt: skip
+    finally:
+        controller.start()
+    wait_for(lambda: kube.pods(ns, "orphaned") == [], 30, "pods let go")
+
+
+def test_a_job_deleted_in_the_foreground_goes_with_its_pods(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    kube.create_tfjob(ns, make_job("fg", chief="Never", workers=(2, "Never")))
+    wait_running(kube, ns, "fg", 3)
+    kube.req("DELETE", f"{kube.tfjobs(ns)}/fg", {"propagationPolicy": "Foreground"})
+    wait_for(lambda: kube.tfjob(ns, "fg") is None, 30, "job gone")
+    assert kube.pods(ns, "fg") == []
+
+
+def test_a_job_recreated_under_the_same_name_lets_go_of_the_old_pods(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    kube.create_tfjob(ns, make_job("again", chief="Never", workers=(1, "Never")))
+    wait_running(kube, ns, "again", 2)
+    old = {p["metadata"]["uid"] for p in kube.pods(ns, "again")}
+    controller.stop()
+    try:
+        kube.req("DELETE", f"{kube.tfjobs(ns)}/again", {"propagationPolicy": "Background"})
+        wait_for(lambda: all(terminating(p, "Failed") for p in kube.pods(ns, "again")), 30,
+                 "old pods held")  # fmt: skip
+        kube.create_tfjob(ns, make_job("again", chief="Never", workers=(1, "Never")))
+    finally:
+        controller.start()
+    pods = wait_running(kube, ns, "again", 2, timeout=60)
+    assert not old & {p["metadata"]["uid"] for p in pods}
