@@ -368,3 +368,18 @@ async def test_leader_services_run_while_leading_and_never_after_the_lease(lose:
         assert codes == [0]
         assert writer.log == ["started", "flushed (released 0)", "cancelled (released 0)"]
         assert elector.released == 1
+
+
+async def test_a_second_signal_during_the_drain_exits_1_at_once() -> None:
+    rec = GatedReconciler()  # never released: the drain would wait its 30 s
+    ctl = Controller("c", rec)
+    manager = Manager(controllers=[ctl], handle_signals=False, drain_timeout=30)
+    codes: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_manager, manager, codes)
+        ctl.enqueue("ns/a")
+        await until(lambda: ctl.in_flight == 1)
+        manager.stop()  # the first signal
+        assert manager._root is not None
+        manager._root.cancel_scope.cancel()  # what the second signal does
+    assert codes == [1]
