@@ -27,6 +27,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="the chaos cluster's state (never the default cluster's)",
     )
     p.add_argument("--keep-cluster", action="store_true", help="leave the cluster running")
+    p.add_argument(
+        "--quick-resume",
+        action="store_true",
+        help="resume a wave's jobs once Suspended is stored, pods maybe still terminating",
+    )
     p.add_argument("--print-plan", action="store_true", help="print the schedule and exit")
     return p.parse_args(argv)
 
@@ -45,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         f"seed {args.seed}: {len(plan.pod_faults)} pod faults, {len(plan.actions)} actions, "
         f"{len(plan.watch_faults)} watch faults over {plan.size.duration:.0f}s"
     )
-    report = asyncio.run(run(plan, args.out, args.keep_cluster))
+    report = asyncio.run(run(plan, args.out, args.keep_cluster, args.quick_resume))
     js, txt = report.write(args.out)
     print(report.text(), end="", flush=True)
     say(f"report: {txt.relative_to(REPO) if txt.is_relative_to(REPO) else txt}, {js.name}")

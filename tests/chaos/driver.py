@@ -49,8 +49,11 @@ async def _at(t0: float, t: float, then: Callable[[], Awaitable[None]]) -> None:
 
 
 class Run:
-    def __init__(self, plan: Plan, out: Path, keep_cluster: bool) -> None:
+    def __init__(
+        self, plan: Plan, out: Path, keep_cluster: bool, quick_resume: bool = False
+    ) -> None:
         self.plan = plan
+        self.quick_resume = quick_resume
         self.out = out
         self.keep_cluster = keep_cluster
         self.violations = Violations()
@@ -121,7 +124,9 @@ class Run:
         await asyncio.gather(*(r.start() for r in replicas))
         supervisor = Supervisor(replicas)
         self._spawn(supervisor.run())
-        actions = Actions(cluster, api, history, supervisor, self.models, NS, self.rng)
+        actions = Actions(
+            cluster, api, history, supervisor, self.models, NS, self.rng, self.quick_resume
+        )
         pod_faults = PodFaults(api, history, self.models, NS)
         if await actions.steady() is None:
             raise RuntimeError("no leader among the replicas")
@@ -314,5 +319,5 @@ class Run:
         )
 
 
-async def run(plan: Plan, out: Path, keep_cluster: bool) -> Report:
-    return await Run(plan, out, keep_cluster).main()
+async def run(plan: Plan, out: Path, keep_cluster: bool, quick_resume: bool = False) -> Report:
+    return await Run(plan, out, keep_cluster, quick_resume).main()
