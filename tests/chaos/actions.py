@@ -113,16 +113,15 @@ class Actions:
         if target is None:
             say("no replica to kill")
             return
-        t = time.time()
+        # Before the kill: the supervisor restarts the replica under a new identity.
+        identity, t = target.identity, time.time()
         await target.kill()
         self.done[f"{KILL} ({trigger}{', follower' if target is not leader else ''})"] += 1
         self.done[KILL] += 1
-        say(
-            f"SIGKILL {target.identity} ({'leader' if target is leader else 'follower'}, {trigger})"
-        )
+        say(f"SIGKILL {identity} ({'leader' if target is leader else 'follower'}, {trigger})")
         if target is leader:
-            self.deaths.append(Death(t, target.identity, f"sigkill/{trigger}"))
-            await self._new_leader(target.identity)
+            self.deaths.append(Death(t, identity, f"sigkill/{trigger}"))
+            await self._new_leader(identity)
 
     async def partition_leader(self) -> None:
         leader = await self.steady()
