@@ -16,7 +16,6 @@ takes it back (``undo``).
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,7 +157,3 @@ def build_models(n: int, ns: str) -> list[JobModel]:
         JobModel(f"{SHAPES[i % len(SHAPES)].prefix}-{i:02d}", ns, SHAPES[i % len(SHAPES)])
         for i in range(n)
     ]
-
-
-def pick_kind(rng: random.Random, exit_share: float) -> str:
-    return EXIT if rng.random() < exit_share else rng.choice(KILL_KINDS)
