@@ -96,6 +96,16 @@ def failed_before_deletion(pod: Mapping[str, Any]) -> bool:
     return requested is not None and finished is not None and finished < requested
 
 
+def deleted_by_suspend(pod: Mapping[str, Any], resumed_at: datetime | None) -> bool:
+    """A terminating pod created before the job last resumed: the suspend deleted it, and
+    its end does not count. Strictly before: both times have one-second precision, and
+    the controller creates pods in the very second it resumes a job, so a pod created
+    in that second is one of the resumed job's (a suspend, resume and creation all in
+    one second would count a suspended pod's end as a disruption: the safe side)."""
+    created = created_at(pod)
+    return resumed_at is not None and created is not None and created < resumed_at
+
+
 def pod_outcome(
     pod: Mapping[str, Any], restart_policy: str, *, resumed_at: datetime | None = None
 ) -> PodOutcome:
@@ -113,8 +123,7 @@ def pod_outcome(
             return PodOutcome.FAIL_EXIT_CODE
         return PodOutcome.RETRY
     if terminating:
-        created = created_at(pod)
-        if resumed_at is not None and created is not None and created <= resumed_at:
+        if deleted_by_suspend(pod, resumed_at):
             return PodOutcome.LEFTOVER
         if phase == PodPhase.PENDING and not is_scheduled(pod):
             # Deleted before any node took it: it never ran and no kubelet will end it

@@ -35,7 +35,8 @@ from controller.types import JSON, controller_ref
 from reconcile.labels import replica_index_of, replica_type_of
 from reconcile.models import TFJob
 from reconcile.names import API_VERSION, KIND
-from reconcile.pods import created_at, is_terminating, is_tracked, uid_of
+from reconcile.pods import is_terminating, is_tracked, uid_of
+from reconcile.restart import deleted_by_suspend
 from reconcile.status_types import JobStatus, ReplicaStatus, parse_indexes
 
 #: A strategic-merge patch removes one value from a list of strings; ``uid`` makes it a
@@ -95,15 +96,9 @@ def active_releases(
         rtype, index = replica_type_of(pod), replica_index_of(pod)
         if rtype is None or index is None or index >= counts.get(rtype, 0):
             out.append(pod)  # outside the spec: scale-down, a removed type, no labels
-        elif _left_over(pod, resumed_at) or _recorded(pod, index, records.get(rtype)):
+        elif deleted_by_suspend(pod, resumed_at) or _recorded(pod, index, records.get(rtype)):
             out.append(pod)
     return out
-
-
-def _left_over(pod: JSON, resumed_at: datetime | None) -> bool:
-    # Created before the job last resumed: deleted by the suspend, never counted.
-    created = created_at(pod)
-    return resumed_at is not None and created is not None and created <= resumed_at
 
 
 def _recorded(pod: JSON, index: int, record: ReplicaStatus | None) -> bool:

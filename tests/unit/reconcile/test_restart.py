@@ -61,6 +61,10 @@ def test_terminating_pod_from_before_resume_is_leftover() -> None:
     p = pod().running().created(5).terminating().obj()
     assert pod_outcome(p, "Never", resumed_at=at(10)) is Out.LEFTOVER
     assert pod_outcome(p, "Never", resumed_at=at(4)) is Out.TERMINATING
+    # created in the second the job resumed: one of the resumed job's pods, whose end
+    # counts (the controller creates pods in that very second)
+    same = pod().running().created(10).terminating().obj()
+    assert pod_outcome(same, "Never", resumed_at=at(10)) is Out.TERMINATING
 
 
 @pytest.mark.parametrize(
