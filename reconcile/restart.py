@@ -87,13 +87,26 @@ def is_disrupted(pod: Mapping[str, Any]) -> bool:
     )
 
 
+#: After a graceful delete, the kubelet deletes the ended pod again with grace 0, and the
+#: apiserver moves deletionTimestamp to that moment: a pod killed by the deletion then
+#: looks as if it ended just before it was deleted. An end this close to a grace-0
+#: deletion was the deletion's doing.
+FINAL_DELETE_WINDOW = timedelta(seconds=10)
+
+
 def failed_before_deletion(pod: Mapping[str, Any]) -> bool:
     """A Failed pod that also carries a deletionTimestamp either failed first and was then
     deleted (by us, replacing it) or was killed by the deletion. The container finish time
     against the DELETE time tells the two apart."""
     requested = deletion_requested_at(pod)
     finished = finished_at(pod)
-    return requested is not None and finished is not None and finished < requested
+    if requested is None or finished is None:
+        return False
+    if pod.get("metadata", {}).get("deletionGracePeriodSeconds") == 0:
+        # A force delete, or the kubelet's final one (see FINAL_DELETE_WINDOW): a pod that
+        # failed on its own long before is still told apart.
+        return requested - finished > FINAL_DELETE_WINDOW
+    return finished < requested
 
 
 def deleted_by_suspend(pod: Mapping[str, Any], resumed_at: datetime | None) -> bool:

@@ -10,6 +10,7 @@ pod is killed (exit 137), then deleted for good, which a finalizer holds off.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from reconcile.names import TRACKING_FINALIZER
@@ -177,3 +178,42 @@ def test_a_job_recreated_under_the_same_name_lets_go_of_the_old_pods(
         controller.start()
     pods = wait_running(kube, ns, "again", 2, timeout=60)
     assert not old & {p["metadata"]["uid"] for p in pods}
+
+
+def test_a_pod_killed_by_a_graceful_delete_is_a_disruption_not_a_retry(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """The kubelet's final grace-0 delete moves deletionTimestamp to its own time, after
+    the kill: a controller that was down meanwhile sees only that, and must still tell a
+    pod killed by its deletion (a disruption) from one that failed first (a retry). The
+    test plays the kubelet, so the final delete comes seconds after the kill (as it may
+    on a loaded node), whatever the clock's second boundaries."""
+    ns = namespace
+    kube.create_tfjob(ns, make_job("drain", chief="Never", workers=(1, "OnFailure")))
+    wait_running(kube, ns, "drain", 2)
+    path = f"/api/v1/namespaces/{ns}/pods/drain-worker-0"
+    kube.req("PATCH", path, {"metadata": {"annotations": {"kwok.test/hold-on-delete": "1"}}},
+             "application/merge-patch+json")  # fmt: skip
+    controller.stop()
+    try:
+        kube.delete_pod(ns, "drain-worker-0")  # graceful: the program gets SIGTERM ...
+        start = time.time()
+        wait_for(lambda: time.time() > start + 2, 5, "a later second")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        killed = {"exitCode": 137, "reason": "Error", "startedAt": now, "finishedAt": now}
+        kube.req("PATCH", path + "/status", {"status": {"phase": "Failed", "containerStatuses": [
+            {"name": "tensorflow", "image": "tf-test:latest", "imageID": "", "ready": False,
+             "restartCount": 0, "state": {"terminated": killed}}]}},
+            "application/merge-patch+json")  # fmt: skip
+        ended = time.time()  # ... and is killed when the grace period is over
+        wait_for(lambda: time.time() > ended + 2, 5, "a later second")
+        kube.delete_pod(ns, "drain-worker-0", grace=0)  # the kubelet's final delete
+        pod = kube.pod(ns, "drain-worker-0")
+        assert pod is not None and pod["metadata"]["deletionGracePeriodSeconds"] == 0
+        assert pod["metadata"]["deletionTimestamp"] > now  # moved past the kill
+    finally:
+        controller.start()
+    wait_running(kube, ns, "drain", 2)
+    settled(kube, controller, ns, "drain")
+    worker = rs(kube.tfjob(ns, "drain"), "Worker")
+    assert (worker["disruptions"], worker["restarts"]) == (1, 0)

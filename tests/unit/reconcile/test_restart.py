@@ -51,6 +51,11 @@ def pod(index: int = 0) -> Any:
                      id="killed-by-delete"),
         pytest.param(pod().failed(1, finished=40).terminating(requested=50), "Never", Out.FAIL_NEVER,
                      id="failed-then-deleted"),
+        # the kubelet's final grace-0 delete moved deletionTimestamp to just after the kill
+        pytest.param(pod().failed(137, finished=60).terminating(requested=61, grace=0), "OnFailure",
+                     Out.DISRUPTED, id="killed-then-final-delete"),
+        pytest.param(pod().failed(1, finished=40).terminating(requested=90, grace=0), "OnFailure",
+                     Out.RETRY, id="failed-long-before-a-force-delete"),
     ],
 )  # fmt: skip
 def test_pod_outcome(p: Any, policy: str, want: PodOutcome) -> None:
