@@ -11,7 +11,9 @@ Seed note: with the controller of commit 6e47b6c this seed ran clean (twice). Wi
 tracking finalizer (commit 5e85b5b) it found a lost outcome: right after a resume and a
 failover, `alw-04-worker-1` was evicted (12:54:54.730 in that run), its finalizer came
 off 86 ms later and it was replaced, but no disruption was ever counted (Worker
-disruptions 0, one eviction done). The report and audit log go to chaos-out/test/.
+disruptions 0, one eviction done): the pod was created in the second the job resumed
+and taken for a suspend leftover, fixed in 051e12c. The report and audit log go to
+chaos-out/test/.
 """
 
 from __future__ import annotations
