@@ -16,20 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controller.types import JSON, EventHandler, Expectations, KeyQueue, controller_ref, object_key
+from controller.types import JSON, EventHandler, Expectations, KeyQueue, object_key
 from reconcile.keys import pods_key, releases_key, services_key
 from reconcile.metrics import JobMetrics
-from reconcile.names import API_VERSION, KIND
 from reconcile.pacing import PROGRESS_BATCH_SECONDS, STATUS_PACE_SECONDS
-from reconcile.pods import LIVE_PHASES, is_terminating, is_tracked, phase_of, restart_count
+from reconcile.pods import (
+    LIVE_PHASES,
+    is_terminating,
+    is_tracked,
+    phase_of,
+    restart_count,
+    tfjob_owner,
+)
 
 
 def owner_job_key(obj: JSON) -> str | None:
     """The TFJob key of a pod or service whose controller is a TFJob."""
-    ref = controller_ref(obj)
-    if not ref or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
-        return None
-    return object_key(obj["metadata"].get("namespace"), ref["name"])
+    ref = tfjob_owner(obj)
+    return object_key(obj["metadata"].get("namespace"), ref["name"]) if ref else None
 
 
 def is_progress_only(old: JSON, new: JSON) -> bool:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from controller.types import JSON
+from controller.types import JSON, controller_ref
 from reconcile.cluster_spec import TF_CONFIG_ENV
 from reconcile.labels import pod_labels, replica_index_of, replica_name, replica_type_of
 from reconcile.names import (
@@ -40,6 +40,14 @@ class JobRef:
     name: str
     namespace: str
     uid: str
+
+
+def tfjob_owner(obj: Mapping[str, Any]) -> JSON | None:
+    """The controller ownerReference of a pod or service, if it is a TFJob of ours."""
+    ref = controller_ref(obj)
+    if not ref or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
+        return None
+    return ref
 
 
 def owner_reference(job: JobRef) -> JSON:

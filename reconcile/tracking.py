@@ -31,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from controller.types import JSON, controller_ref
+from controller.types import JSON
 from reconcile.labels import replica_index_of, replica_type_of
 from reconcile.models import TFJob
-from reconcile.names import API_VERSION, KIND
-from reconcile.pods import is_terminating, is_tracked, uid_of
+from reconcile.pods import is_terminating, is_tracked, tfjob_owner, uid_of
 from reconcile.restart import deleted_by_suspend
 from reconcile.status_types import JobStatus, ReplicaStatus, parse_indexes
 
@@ -58,18 +57,7 @@ def strays(pods: Iterable[JSON], uid: str | None) -> list[JSON]:
     """Tracked pods a TFJob of this name controlled that is not the job with ``uid``
     (None: there is no such job now): left by a job deleted while the controller was
     down, or before the job was recreated under the same name."""
-    out = []
-    for pod in pods:
-        ref = controller_ref(pod)
-        if (
-            ref is not None
-            and ref.get("kind") == KIND
-            and ref.get("apiVersion") == API_VERSION
-            and ref.get("uid") != uid
-            and is_tracked(pod)
-        ):
-            out.append(pod)
-    return out
+    return [p for p in pods if is_tracked(p) and (ref := tfjob_owner(p)) and ref.get("uid") != uid]
 
 
 def settled_releases(pods: Iterable[JSON], doomed: Sequence[JSON] = ()) -> list[JSON]:
