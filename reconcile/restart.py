@@ -128,7 +128,13 @@ def pod_outcome(
     if phase == PodPhase.SUCCEEDED:
         return PodOutcome.SUCCEEDED
     if phase == PodPhase.FAILED:
-        if is_disrupted(pod) or (terminating and not failed_before_deletion(pod)):
+        if terminating and not failed_before_deletion(pod):
+            if deleted_by_suspend(pod, resumed_at):
+                # Killed by the suspend's own delete and seen only after the resume (a
+                # cache that caught up late): its end is the suspend's, not a disruption.
+                return PodOutcome.LEFTOVER
+            return PodOutcome.DISRUPTED
+        if is_disrupted(pod):
             return PodOutcome.DISRUPTED
         if restart_policy == RestartPolicy.NEVER:
             return PodOutcome.FAIL_NEVER

@@ -17,6 +17,7 @@ from reconcile.names import TRACKING_FINALIZER
 from tests.cluster.kube import ControllerProcess, Kube, PodHistory, wait_for, wait_job, wait_running
 from tests.cluster.policy_helpers import (
     TEMPLATE,
+    cond_of,
     make_job,
     replaced_after_gone,
     rs,
@@ -32,6 +33,20 @@ def terminating(pod: dict[str, Any] | None, phase: str) -> bool:
         and pod["metadata"].get("deletionTimestamp")
         and pod.get("status", {}).get("phase") == phase
     )
+
+
+def kill_as_kubelet(kube: Kube, path: str, *, after: float) -> str:
+    """Play the kubelet killing a held pod (exit 137), ``after`` seconds from now so the
+    end falls in a later second than what came before; returns the kill's time."""
+    start = time.time()
+    wait_for(lambda: time.time() > start + after, after + 3, "a later second")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    killed = {"exitCode": 137, "reason": "Error", "startedAt": now, "finishedAt": now}
+    kube.req("PATCH", path + "/status", {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": "tensorflow", "image": "tf-test:latest", "imageID": "", "ready": False,
+         "restartCount": 0, "state": {"terminated": killed}}]}},
+        "application/merge-patch+json")  # fmt: skip
+    return now
 
 
 def test_every_created_pod_carries_the_finalizer(
@@ -196,14 +211,7 @@ def test_a_pod_killed_by_a_graceful_delete_is_a_disruption_not_a_retry(
     controller.stop()
     try:
         kube.delete_pod(ns, "drain-worker-0")  # graceful: the program gets SIGTERM ...
-        start = time.time()
-        wait_for(lambda: time.time() > start + 2, 5, "a later second")
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        killed = {"exitCode": 137, "reason": "Error", "startedAt": now, "finishedAt": now}
-        kube.req("PATCH", path + "/status", {"status": {"phase": "Failed", "containerStatuses": [
-            {"name": "tensorflow", "image": "tf-test:latest", "imageID": "", "ready": False,
-             "restartCount": 0, "state": {"terminated": killed}}]}},
-            "application/merge-patch+json")  # fmt: skip
+        now = kill_as_kubelet(kube, path, after=2)
         ended = time.time()  # ... and is killed when the grace period is over
         wait_for(lambda: time.time() > ended + 2, 5, "a later second")
         kube.delete_pod(ns, "drain-worker-0", grace=0)  # the kubelet's final delete
@@ -216,3 +224,42 @@ def test_a_pod_killed_by_a_graceful_delete_is_a_disruption_not_a_retry(
     settled(kube, controller, ns, "drain")
     worker = rs(kube.tfjob(ns, "drain"), "Worker")
     assert (worker["disruptions"], worker["restarts"]) == (1, 0)
+
+
+def test_a_pod_killed_by_the_suspend_and_seen_only_after_the_resume_is_no_disruption(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """A replica whose pod watch was cut sees the suspend's own kill (exit 137) only after
+    the job was resumed (the chaos run of seed 11, exc-08): the pod was created before the
+    resume, so its end is the suspend's doing, not a disruption. The test plays the
+    kubelet and holds the pod, so the controller sees it in just that state."""
+    ns = namespace
+    kube.create_tfjob(ns, make_job("susp", chief=None, workers=(2, "OnFailure")))
+    wait_running(kube, ns, "susp", 2)
+    path = f"/api/v1/namespaces/{ns}/pods/susp-worker-0"
+    kube.req("PATCH", path, {"metadata": {"annotations": {"kwok.test/hold-on-delete": "1"}}},
+             "application/merge-patch+json")  # fmt: skip
+    kube.patch_tfjob(ns, "susp", {"spec": {"runPolicy": {"suspend": True}}})
+
+    def suspended() -> tuple[str, str, str] | None:
+        return cond_of(kube.tfjob(ns, "susp"), "Suspended")
+
+    wait_for(lambda: (suspended() or ("",))[0] == "True" and kube.pod(ns, "susp-worker-1") is None,
+             20, "suspended")  # fmt: skip
+    held = kube.pod(ns, "susp-worker-0")
+    assert held is not None and held["metadata"].get("deletionTimestamp"), held
+    controller.stop()
+    try:
+        kube.patch_tfjob(ns, "susp", {"spec": {"runPolicy": {"suspend": False}}})
+        kill_as_kubelet(kube, path, after=1.2)
+    finally:
+        controller.start()
+    wait_for(lambda: (suspended() or ("", ""))[:2] == ("False", "TFJobResumed"), 20, "resumed")
+    settled(kube, controller, ns, "susp")
+    job = kube.tfjob(ns, "susp")
+    assert rs(job, "Worker")["disruptions"] == 0, (job or {}).get("status")
+    kube.delete_pod(ns, "susp-worker-0", grace=0)  # the kubelet's final delete
+    wait_running(kube, ns, "susp", 2)
+    settled(kube, controller, ns, "susp")
+    worker = rs(kube.tfjob(ns, "susp"), "Worker")
+    assert (worker["disruptions"], worker["restarts"], worker["failed"]) == (0, 0, 0)
