@@ -106,6 +106,11 @@ class ObjectPatcher(Protocol):
 class ObjectWriter(ObjectCreator, ObjectPatcher, Protocol):
     """The thin write layer for one resource type. Errors are controller.errors types."""
 
+    async def get(self, namespace: str, name: str) -> JSON | None:
+        """The object as stored now (None when there is none): whether a write whose
+        answer was lost took effect."""
+        ...
+
     async def delete(
         self, namespace: str, name: str, *, uid: str | None = None, propagation: str | None = None
     ) -> None:

@@ -31,7 +31,15 @@ import anyio.lowlevel
 import structlog
 
 from controller import errors
-from controller.types import JSON, Clock, EventSink, Expectations, ObjectWriter, Spawner
+from controller.types import (
+    JSON,
+    Clock,
+    EventSink,
+    Expectations,
+    ObjectWriter,
+    Spawner,
+    controller_ref,
+)
 from reconcile import conditions as cond
 from reconcile.failures import CreateFailures
 from reconcile.keys import pods_key, releases_key, services_key
@@ -214,7 +222,7 @@ class ChildWrites:
             try:
                 created = await self._write(
                     job, child, "Create", meta["name"], outcome,
-                    lambda: child.writer.create(namespace, body),
+                    lambda: self._create_or_find(child, namespace, body, job.uid),
                     lambda: self._expectations.creation_observed(child.exp_key),
                     harmless=(errors.AlreadyExists,),
                 )  # fmt: skip
@@ -227,6 +235,25 @@ class ChildWrites:
                 outcome.created += 1
 
         return create
+
+    @staticmethod
+    async def _create_or_find(child: _Child, namespace: str, body: JSON, owner: str) -> JSON:
+        """Create; when the answer is lost (a reset connection, a timeout, a 5xx) look
+        whether the object was made all the same. Made and ours: that is the create,
+        and its informer event will lower the expectation; creating it again on the
+        next pass, before that event, would only be answered 409."""
+        try:
+            return await child.writer.create(namespace, body)
+        except errors.Retryable as e:
+            if isinstance(e, errors.TooManyRequests):
+                raise  # refused before anything was done
+            try:
+                found = await child.writer.get(namespace, body["metadata"]["name"])
+            except Exception:
+                raise e from None
+            if found is None or (controller_ref(found) or {}).get("uid") != owner:
+                raise
+            return found
 
     def _deleter(
         self, job: JobView, child: _Child, obj: JSON, outcome: Outcome

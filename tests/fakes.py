@@ -50,6 +50,8 @@ class RecordingWriter:
             500, "InternalError", "boom"
         )
         self.statuses: list[dict[str, Any]] = []
+        #: what ``get`` finds, by name (a create whose answer was lost)
+        self.stored: dict[str, JSON] = {}
         self.patched: list[tuple[str, Mapping[str, Any]]] = []
         self.create_attempts = 0
 
@@ -64,6 +66,9 @@ class RecordingWriter:
         if self.on_create is not None:
             self.on_create(created)
         return created
+
+    async def get(self, namespace: str, name: str) -> JSON | None:
+        return self.stored.get(name)
 
     async def delete(self, namespace: str, name: str, **kw: Any) -> None:
         self.deleted.append(name)

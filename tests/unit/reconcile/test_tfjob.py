@@ -319,3 +319,28 @@ async def test_the_create_backlog_is_bounded_and_queued_creates_never_expire() -
     assert len(w.writer.created) == 1000
     counts = Counter(w.writer.created)
     assert max(counts.values()) <= 2 and sum(1 for n in counts.values() if n == 2) == 400
+
+
+async def test_a_create_whose_answer_was_lost_but_landed_is_not_sent_again() -> None:
+    """The connection is reset after the apiserver made the pod: the write layer looks,
+    finds it (ours), and the expectation waits for its informer event, so the next pass
+    does not create it again (a 409)."""
+    w = ReconcilerWorld(make_tfjob("t").worker(1).obj())
+    job = w.jobs.get("ns", "t")
+    assert job is not None
+    landed = make_pod(job, "Worker", 0).obj()
+    w.writer.fail = {"t-worker-0"}
+    w.writer.error = lambda: errors.ConnectionFailed("connection reset")
+    w.writer.stored = {"t-worker-0": landed}
+    await reconcile(w)
+    assert w.queue.num_requeues(KEY) == 0, "not a failure"
+    # (the fake fails the service of that name too, and finds it the same way) the
+    # create is still expected: its event has not come
+    assert w.expectations.pending(pods_key(KEY))[0] == 1
+    assert await reconcile(w) == ("awaiting-expectations", 5.0)
+    # a create that did not land fails as before
+    w2 = ReconcilerWorld(make_tfjob("t").worker(1).obj())
+    w2.writer.fail = {"t-worker-0"}
+    w2.writer.error = lambda: errors.ConnectionFailed("connection reset")
+    await reconcile(w2)
+    assert w2.queue.num_requeues(KEY) == 1
