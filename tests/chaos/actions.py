@@ -177,7 +177,7 @@ class Actions:
             if a.kill_in_resume:
                 await self.kill_controller(BURST)
             back = await self.history.until(
-                lambda: all(quiet(self.history, m) for m in chosen), 240
+                lambda: all(m.spoiled or quiet(self.history, m) for m in chosen), 240
             )
             if not back:
                 say("WARNING: resumed jobs not all running after 240s")

@@ -238,7 +238,7 @@ class Run:
             async with m.lock:
                 if m.outcome is not None:
                     return
-                if not await history.until(lambda: quiet(history, m), 180):
+                if not await history.until(lambda: m.spoiled or quiet(history, m), 180):
                     job = history.jobs.by_name(m.name) or {}
                     self.violations.add(
                         "never-recovered",
@@ -246,6 +246,8 @@ class Run:
                         f"{(job.get('status') or {}).get('replicaStatuses')}",
                     )
                     return
+                if m.spoiled:
+                    return  # reported already; deleted with the others at the end
                 m.succeed()
                 await api.patch(
                     f"/api/v1/namespaces/{NS}/pods/{m.decider()}",

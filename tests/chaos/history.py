@@ -242,6 +242,7 @@ class History:
             got, want = counters(status, rtype), m.counts(rtype)
             for label, g, w in zip(("restarts", "disruptions", "failed"), got, want, strict=True):
                 if g > w:
+                    m.spoiled = True
                     self.violations.add(
                         "counted", f"{name} {rtype} {label} = {g}, but only {w} happened"
                     )

@@ -84,6 +84,9 @@ class JobModel:
     faults: Counter[str] = field(default_factory=Counter)
     #: serializes what the driver does to the job (a fault, a suspend/resume)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: its status counted more than was done (a violation): it can never match the model
+    #: again, so nothing waits for it to, and no more faults are aimed at it
+    spoiled: bool = False
 
     def body(self) -> dict[str, Any]:
         s = self.shape

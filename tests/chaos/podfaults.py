@@ -82,7 +82,7 @@ class PodFaults:
         n = len(self.models)
         for i in range(n):
             m = self.models[(f.job + i) % n]
-            if m.outcome is None:
+            if m.outcome is None and not m.spoiled:
                 return m
         return None
 
@@ -97,7 +97,10 @@ class PodFaults:
                 return
             slots = m.slots()
             rtype, index = slots[int(f.pick * len(slots))]
-            pod = await self.history.until(lambda: self._target(m, rtype, index), TARGET_PATIENCE)
+            pod = await self.history.until(
+                lambda: self._target(m, rtype, index) if not m.spoiled else None,
+                TARGET_PATIENCE if not m.spoiled else 0,
+            )
             if pod is None:
                 self.skipped[f.kind] += 1
                 say(f"fault {f.kind} on {m.name} {rtype}-{index} skipped: never a fair target")
