@@ -3,7 +3,19 @@
 # kube-scheduler, kubectl, kwok) from Go modules into a cache outside the repo.
 # One Go module per binary family, so MVS never mixes their dependency graphs.
 # Prints the bin directory on the last line of stdout.
+#
+# --scheduler-plugins also builds the gang scheduler (scheduler-plugins' Coscheduling,
+# the wrapper module in hack/scheduler-plugins/) into a cache entry of its own, and
+# prints `scheduler-plugins=<binary>` on the line before the bin directory.
 set -euo pipefail
+
+WITH_SP=0
+for arg in "$@"; do
+  case $arg in
+    --scheduler-plugins) WITH_SP=1 ;;
+    *) echo "usage: $0 [--scheduler-plugins]" >&2; exit 2 ;;
+  esac
+done
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -18,14 +30,30 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# The gang scheduler: its versions come from the wrapper's go.mod, and the cache key
+# also carries a hash of the wrapper, so an edited wrapper is rebuilt.
+SP_SRC="$HERE/scheduler-plugins"
+SP_VERSION=$(sed -n 's|^[[:space:]]*sigs\.k8s\.io/scheduler-plugins \(v[^[:space:]]*\).*|\1|p' "$SP_SRC/go.mod" | head -1)
+SP_K8S_VERSION=$(sed -n 's|^[[:space:]]*k8s\.io/kubernetes => k8s\.io/kubernetes \(v[^[:space:]]*\).*|\1|p' "$SP_SRC/go.mod")
+SP_HASH=$(cat "$SP_SRC/go.mod" "$SP_SRC/go.sum" "$SP_SRC/main.go" | sha256sum | cut -c1-12)
+SP_BIN="$CACHE_ROOT/scheduler-plugins-${SP_VERSION}_k8s-${SP_K8S_VERSION}_${SP_HASH}/bin/kube-scheduler-plugins"
+
+# What the caller reads: the scheduler-plugins binary if asked for, then the bin dir.
+emit() {
+  if (( WITH_SP )); then echo "scheduler-plugins=$SP_BIN"; fi
+  echo "$BIN"
+}
+
 STAGES="$CACHE_ROOT/$KEY/stages"
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 missing=()
 for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
 [[ -f "$STAGES/pod-ready.yaml" ]] || missing+=(kwok-stages)
+if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then missing+=(kube-scheduler-plugins); fi
 if [[ ${#missing[@]} -eq 0 ]]; then
   log "cached: $BIN"
-  echo "$BIN"
+  if (( WITH_SP )); then log "cached: $SP_BIN"; fi
+  emit
   exit 0
 fi
 
@@ -67,9 +95,13 @@ with_heartbeat() {
   local t0; t0=$(date +%s)
   "$@" &
   local pid=$!
+  local n=0
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 20
-    kill -0 "$pid" 2>/dev/null && log "$what: still building ($(( $(date +%s) - t0 ))s)"
+    sleep 1
+    n=$(( n + 1 ))
+    if (( n % 20 == 0 )) && kill -0 "$pid" 2>/dev/null; then
+      log "$what: still building ($(( $(date +%s) - t0 ))s)"
+    fi
   done
   wait "$pid"
   log "$what: done in $(( $(date +%s) - t0 ))s"
@@ -170,5 +202,18 @@ GO
   done
 fi
 
+# --- scheduler-plugins (gang scheduling) -------------------------------------
+# kube-scheduler v1.35 with the Coscheduling plugin, from the committed wrapper module
+# (scheduler-plugins' whole replace block: it pins k8s 1.35 staging modules).
+if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then
+  mkdir -p "$(dirname "$SP_BIN")"
+  cd "$SP_SRC"
+  log "scheduler-plugins $SP_VERSION (kube-scheduler $SP_K8S_VERSION + Coscheduling): building"
+  ld=$(stamp_ldflags "$SP_K8S_VERSION")
+  with_heartbeat "kube-scheduler-plugins" \
+    go build -trimpath -pgo=off -ldflags "$ld" -o "$SP_BIN.tmp" .
+  mv "$SP_BIN.tmp" "$SP_BIN"
+fi
+
 log "all binaries in $BIN ($(( $(date +%s) - start_all ))s)"
-echo "$BIN"
+emit
