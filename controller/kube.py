@@ -210,6 +210,17 @@ class ResourceClient:
         await self.api.request("DELETE", self.path(namespace, name), body=options)
 
 
+async def served(api: KubeApi, resource: Resource) -> bool:
+    """Whether the apiserver serves ``resource`` (its group version lists it): a
+    controller that needs a CRD checks before it starts, rather than failing later."""
+    prefix = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
+    try:
+        found = await api.request("GET", prefix)
+    except errors.NotFound:
+        return False
+    return any(r.get("name") == resource.plural for r in found.get("resources") or ())
+
+
 async def list_pages(
     source: PageLister,
     namespace: str | None,

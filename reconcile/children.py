@@ -13,6 +13,7 @@ from controller.types import JSON
 from reconcile import conditions as cond
 from reconcile.cluster_spec import ClusterMember, cluster_layout, tf_port
 from reconcile.conditions import ConditionEvent
+from reconcile.gang import Gang, decorate_pod
 from reconcile.labels import is_master_role, replica_name, replica_type_of
 from reconcile.models import TFJob
 from reconcile.names import CHIEF_TYPES
@@ -30,6 +31,7 @@ def new_pods(
     *,
     cluster_domain: str | None,
     operator_name: str,
+    gang: Gang | None = None,
 ) -> list[JSON]:
     """The pod bodies for the indexes to create, per replica type. TF_CONFIG is rendered
     now, from the spec as it is: a pod keeps the cluster layout it started with."""
@@ -45,20 +47,23 @@ def new_pods(
         cluster_domain=cluster_domain,
         dynamic_worker=bool(job.spec.enable_dynamic_worker),
     )
-    return [
-        build_pod(
-            ref,
-            rtype,
-            index,
-            specs[rtype].template,
-            restart_policy=specs[rtype].policy,
-            tf_config=layout.tf_config(rtype, index),
-            master_role=is_master_role(rtype, index, specs),
-            operator_name=operator_name,
-        )
-        for rtype, indexes in creates.items()
-        for index in indexes
-    ]
+    pods = []
+    for rtype, indexes in creates.items():
+        for index in indexes:
+            pod = build_pod(
+                ref,
+                rtype,
+                index,
+                specs[rtype].template,
+                restart_policy=specs[rtype].policy,
+                tf_config=layout.tf_config(rtype, index),
+                master_role=is_master_role(rtype, index, specs),
+                operator_name=operator_name,
+            )
+            if gang is not None:
+                decorate_pod(pod, gang, ref.name, rtype)
+            pods.append(pod)
+    return pods
 
 
 def template_overrides(job: TFJob, creates: Mapping[str, Sequence[int]]) -> list[ConditionEvent]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from controller.types import JSON, EventHandler, Expectations, KeyQueue, object_key
-from reconcile.keys import pods_key, releases_key, services_key
+from reconcile.keys import podgroups_key, pods_key, releases_key, services_key
 from reconcile.metrics import JobMetrics
 from reconcile.pacing import PROGRESS_BATCH_SECONDS, STATUS_PACE_SECONDS
 from reconcile.pods import (
@@ -101,6 +101,12 @@ def pod_handler(expectations: Expectations, queue: KeyQueue) -> EventHandler:
 
 def service_handler(expectations: Expectations, queue: KeyQueue) -> EventHandler:
     return _child_handler(services_key, expectations, queue, pods=False)
+
+
+def podgroup_handler(expectations: Expectations, queue: KeyQueue) -> EventHandler:
+    """A PodGroup's events bring its job back: its creation, a phase the scheduler set
+    (Volcano admits a waiting gang), its deletion."""
+    return _child_handler(podgroups_key, expectations, queue, pods=False)
 
 
 def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics) -> EventHandler:

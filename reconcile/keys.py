@@ -21,7 +21,18 @@ def releases_key(job_key: str) -> str:
     return f"{job_key}/releases"
 
 
-def expectation_keys(job_key: str) -> tuple[str, str, str, str]:
+def podgroups_key(job_key: str) -> str:
+    """The job's PodGroup (gang scheduling), created or deleted."""
+    return f"{job_key}/podgroups"
+
+
+def expectation_keys(job_key: str) -> tuple[str, ...]:
     """Every expectation key of a job: the job's (read-your-writes), pods', services',
-    and its pods' released tracking finalizers."""
-    return job_key, pods_key(job_key), services_key(job_key), releases_key(job_key)
+    its pods' released tracking finalizers, and its PodGroup's."""
+    return (
+        job_key,
+        pods_key(job_key),
+        services_key(job_key),
+        releases_key(job_key),
+        podgroups_key(job_key),
+    )

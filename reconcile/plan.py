@@ -21,7 +21,7 @@ judged against the status as stored, never the one this pass computes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -38,6 +38,16 @@ from reconcile.children import (
 from reconcile.cleanup import Cleanup, cleanup_deletions, finished_cleanup, finishing_cleanup
 from reconcile.conditions import ConditionEvent
 from reconcile.failures import PersistentFailure
+from reconcile.gang import (
+    Gang,
+    admission_conditions,
+    admitted,
+    desired_podgroup,
+    owned_by,
+    phase_of,
+    scheduler_overrides,
+    spec_patch,
+)
 from reconcile.labels import DEFAULT_OPERATOR_NAME
 from reconcile.models import TFJob
 from reconcile.names import CHIEF_TYPES, CleanPodPolicy, ReplicaType
@@ -67,6 +77,8 @@ class PlanConfig:
     backoff_max_seconds: float = 360.0
     backoff_reset_after_seconds: float = 600.0  # a pod that ran this long resets the backoff
     operator_name: str = DEFAULT_OPERATOR_NAME
+    #: gang scheduling (reconcile.gang): --gang-scheduler-name, None when off
+    gang: Gang | None = None
 
     @property
     def backoff(self) -> BackoffPolicy:
@@ -85,6 +97,18 @@ class Snapshot:
     now: datetime  # tz-aware UTC
     #: creates the apiserver has refused for longer than the grace (reconcile.failures)
     failure: PersistentFailure | None = None
+    #: the PodGroup named after the job, as cached (gang scheduling only)
+    podgroup: JSON | None = None
+    #: PriorityClass values by name, for the PriorityClasses the job's templates name
+    priorities: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PodGroupWrite:
+    """The one write to the job's PodGroup a pass may make."""
+
+    verb: str  # "create" (body: the object), "patch" (body: the merge patch), "delete"
+    body: JSON  # for "delete": the stored object (its UID is the precondition)
 
 
 @dataclass(frozen=True)
@@ -102,6 +126,7 @@ class Plan:
     requeue_after: float | None = None  # earliest due timer
     delete_job: bool = False  # ttlSecondsAfterFinished expired
     skip_reason: str | None = None  # why nothing was done, for the log line
+    podgroup: PodGroupWrite | None = None  # gang scheduling (reconcile.gang)
 
 
 def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
@@ -121,8 +146,10 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
         # The status is frozen at the moment the job finished: nothing is written here.
         done = finished_cleanup(view.run_policy, view.status, snap.pods, snap.services, snap.now)
         releases = settled_releases(snap.pods, done.delete_pods)
-        idle = done.idle and not releases
-        return _cleanup_plan(done, releases, skip_reason="finished" if idle else None)
+        gone = _podgroup_delete(snap, config)
+        idle = done.idle and not releases and gone is None
+        plan = _cleanup_plan(done, releases, skip_reason="finished" if idle else None)
+        return replace(plan, podgroup=gone)
     now = stored_now(snap.now)
     tfjob = view.tfjob
     takeover: list[ConditionEvent] = []
@@ -144,6 +171,7 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
             delete_pods=pods,
             delete_services=services,
             release_pods=settled_releases(snap.pods, pods),
+            podgroup=_podgroup_delete(snap, config),
         )
     try:
         plan = _active_plan(snap, tfjob, now, config)
@@ -165,6 +193,10 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
         message = cond.msg_create_failed(tfjob.namespace, tfjob.name, snap.failure.message)
         verdict = Verdict(False, message, cond.WARNING, failure_reason=snap.failure.reason)
     new = calculate_status(old, outcomes, verdict, now, job=tfjob, clock=clock)
+    gang = _gang_step(snap, tfjob, config) if verdict is None else None
+    if gang is not None:
+        conds = admission_conditions(new.conditions, gang.waiting, tfjob.name, now)
+        new = new.model_copy(update={"conditions": conds})
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
     plan = _status_plan(old, new, failed_event_type=failed_event_type)
     if verdict is not None:
@@ -177,11 +209,14 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
                 snap.pods, done.delete_pods, old, tfjob, resumed_at=clock.resumed_at
             ),
             requeue_after=done.requeue_after,
+            podgroup=_podgroup_delete(snap, config),
         )
     create_svcs, delete_svcs = service_diff(
         tfjob, snap.services, operator_name=config.operator_name
     )
     creates = {rt: o.create for rt, o in outcomes.items() if o.create}
+    if gang is not None and not gang.pods_allowed:
+        creates = {}  # the whole gang, or nothing: the PodGroup's events bring it back
     if old_coordinator_alive(tfjob, snap.pods):
         # delete first (foreign_pods below), create once the old one is gone: its
         # deletion event brings the job back
@@ -189,21 +224,68 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
     waits = [o.wait for o in outcomes.values() if o.wait is not None]
     if deadline_in is not None:
         waits.append(deadline_in)
-    plan = replace(plan, events=[*plan.events, *template_overrides(tfjob, creates)])
+    overrides = template_overrides(tfjob, creates)
+    if config.gang is not None:
+        overrides += scheduler_overrides(tfjob, config.gang, creates)
+    plan = replace(plan, events=[*plan.events, *overrides])
     doomed = unique(
         [p for o in outcomes.values() for p in o.delete] + foreign_pods(tfjob, snap.pods)
     )
     return _with_children(
         plan,
         create_pods=new_pods(
-            tfjob, creates, cluster_domain=config.cluster_domain, operator_name=config.operator_name
+            tfjob,
+            creates,
+            cluster_domain=config.cluster_domain,
+            operator_name=config.operator_name,
+            gang=config.gang,
         ),
         delete_pods=doomed,
         create_services=create_svcs,
         delete_services=delete_svcs,
         release_pods=active_releases(snap.pods, doomed, old, tfjob, resumed_at=clock.resumed_at),
         requeue_after=min(waits) if waits else None,
+        podgroup=gang.write if gang is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class _GangStep:
+    write: PodGroupWrite | None
+    pods_allowed: bool
+    #: the PodGroup's phase while the gang waits to be admitted (Volcano), else None
+    waiting: str | None = None
+
+
+def _gang_step(snap: Snapshot, tfjob: TFJob, config: PlanConfig) -> _GangStep | None:
+    """The PodGroup first, then the pods: none before it exists, and with Volcano none
+    before the scheduler admits it (reconcile.gang)."""
+    gang = config.gang
+    if gang is None:
+        return None
+    desired = desired_podgroup(tfjob, gang, snap.priorities)
+    existing = snap.podgroup
+    if existing is None:
+        return _GangStep(PodGroupWrite("create", desired), pods_allowed=False)
+    if not owned_by(existing, tfjob.uid):
+        # An earlier job's of this name, which the garbage collector is removing: its
+        # deletion event brings the job back.
+        return _GangStep(None, pods_allowed=False)
+    patch = spec_patch(existing, desired, gang)
+    write = PodGroupWrite("patch", patch) if patch is not None else None
+    if admitted(gang, existing):
+        return _GangStep(write, pods_allowed=True)
+    return _GangStep(write, pods_allowed=False, waiting=phase_of(existing))
+
+
+def _podgroup_delete(snap: Snapshot, config: PlanConfig) -> PodGroupWrite | None:
+    """Finished, failed or suspended: the PodGroup goes (upstream), once."""
+    pg = snap.podgroup
+    if config.gang is None or pg is None or not owned_by(pg, snap.job.uid):
+        return None
+    if pg.get("metadata", {}).get("deletionTimestamp"):
+        return None
+    return PodGroupWrite("delete", pg)
 
 
 def _account(
@@ -270,6 +352,7 @@ def _with_children(
     delete_services: Sequence[JSON] = (),
     release_pods: Sequence[JSON] = (),
     requeue_after: float | None = None,
+    podgroup: PodGroupWrite | None = None,
 ) -> Plan:
     return Plan(
         create_pods=list(create_pods),
@@ -281,7 +364,8 @@ def _with_children(
         progress_only=plan.progress_only,
         events=plan.events,
         requeue_after=requeue_after,
+        podgroup=podgroup,
     )
 
 
-__all__ = ["EventIntent", "Plan", "PlanConfig", "Snapshot", "compute_plan"]
+__all__ = ["EventIntent", "Plan", "PlanConfig", "PodGroupWrite", "Snapshot", "compute_plan"]

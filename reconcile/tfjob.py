@@ -41,12 +41,13 @@ from controller.types import (
 )
 from reconcile import conditions as cond
 from reconcile.failures import CreateFailures
+from reconcile.gang import priority_class_of
 from reconcile.keys import expectation_keys, pods_key, releases_key, services_key
 from reconcile.metrics import JobMetrics
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.spec import JobView, SpecCache
 from reconcile.tracking import strays
-from reconcile.writes import ChildWrites, Outcome, delete_job, write_status
+from reconcile.writes import ChildWrites, Outcome, delete_job, write_podgroup, write_status
 
 #: How long to wait before looking again at a job whose writes are not yet observed.
 #: The observing informer event re-enqueues the key sooner; this is the safety net.
@@ -67,6 +68,8 @@ class Writers:
     jobs: ObjectWriter
     pods: ObjectWriter
     services: ObjectWriter
+    #: gang scheduling only (PlanConfig.gang)
+    podgroups: ObjectWriter | None = None
 
 
 @dataclass
@@ -74,6 +77,9 @@ class Caches:
     jobs: CacheReader
     pods: CacheReader
     services: CacheReader
+    #: gang scheduling only: PodGroups by (namespace, name), PriorityClasses by name
+    podgroups: CacheReader | None = None
+    priorityclasses: CacheReader | None = None
 
 
 class TFJobReconciler:
@@ -145,7 +151,15 @@ class TFJobReconciler:
         #    collector's: the plan only lets its pods go.
         view = self.specs.read(key, raw)
         failure = self.failures.persistent(key, uid)
-        snap = Snapshot(view, pods, services, self.clock.now(), failure=failure)
+        snap = Snapshot(
+            view,
+            pods,
+            services,
+            self.clock.now(),
+            failure=failure,
+            podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
+            priorities=self._priorities(view),
+        )
         if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
             # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
             plan = await anyio.to_thread.run_sync(compute_plan, snap, self.config)
@@ -155,6 +169,16 @@ class TFJobReconciler:
             structlog.contextvars.bind_contextvars(outcome=plan.skip_reason)
         # 6. Apply it: deletes and releases in the pass, creates handed to the background.
         outcome = Outcome()
+        if plan.podgroup is not None and self.writers.podgroups is not None:
+            await write_podgroup(
+                self.writers.podgroups,
+                self.expectations,
+                self.events,
+                key,
+                view,
+                plan.podgroup,
+                outcome,
+            )
         await self._children.apply(key, view, plan, outcome)
         if plan.delete_job:
             deleted = await delete_job(self.writers.jobs, self.events, view, outcome)
@@ -182,6 +206,21 @@ class TFJobReconciler:
             # The backlog is full of other jobs' creates: look again once it drains.
             requeue_after = min(requeue_after or BACKLOG_RECHECK_SECONDS, BACKLOG_RECHECK_SECONDS)
         return Result(requeue_after=requeue_after)
+
+    def _priorities(self, view: JobView) -> dict[str, int]:
+        """The values of the PriorityClasses the job's templates name (gang scheduling
+        orders replica types by them); a missing one counts as 0."""
+        cache = self.caches.priorityclasses
+        job = view.tfjob
+        if cache is None or job is None:
+            return {}
+        out: dict[str, int] = {}
+        for spec in job.replica_specs.values():
+            name = priority_class_of(spec.template)
+            pc = cache.get("", name) if name else None  # cluster-scoped: no namespace
+            if pc is not None and isinstance(pc.get("value"), int):
+                out[name] = pc["value"]
+        return out
 
     async def _gone(self, key: str) -> Result:
         """The job is gone: forget it, once no pod of it still carries our finalizer

@@ -42,9 +42,10 @@ from controller.types import (
 )
 from reconcile import conditions as cond
 from reconcile.failures import CreateFailures
-from reconcile.keys import pods_key, releases_key, services_key
+from reconcile.gang import REASON_DELETED_POD_GROUP, msg_deleted
+from reconcile.keys import podgroups_key, pods_key, releases_key, services_key
 from reconcile.names import TRACKING_FINALIZER
-from reconcile.plan import Plan
+from reconcile.plan import Plan, PodGroupWrite
 from reconcile.spec import JobView
 from reconcile.tracking import PATCH_TYPE, release_patch
 
@@ -331,6 +332,52 @@ class ChildWrites:
             name=name,
             error=str(e),
         )
+
+
+async def write_podgroup(
+    writer: ObjectWriter,
+    expectations: Expectations,
+    events: EventSink,
+    key: str,
+    job: JobView,
+    write: PodGroupWrite,
+    outcome: Outcome,
+) -> None:
+    """The pass's one PodGroup write. A create or delete is expected (reconcile.keys)
+    until the PodGroup informer sees it, so the next pass neither creates it again nor
+    lets pods in before it exists."""
+    exp_key = podgroups_key(key)
+    if write.verb == "create":
+        expectations.expect_creations(exp_key, 1)
+        try:
+            await writer.create(job.namespace, write.body)
+        except errors.AlreadyExists:
+            expectations.creation_observed(exp_key)  # its informer event comes, or came
+        except Exception:
+            expectations.creation_observed(exp_key)
+            outcome.failed_writes += 1
+            raise
+        else:
+            outcome.created += 1
+    elif write.verb == "patch":
+        try:
+            await writer.patch(job.namespace, job.name, write.body)
+        except errors.NotFound:
+            return  # deleted meanwhile: its deletion event brings the job back
+    else:
+        uid = write.body["metadata"]["uid"]
+        expectations.expect_deletions(exp_key, [uid])
+        try:
+            await writer.delete(job.namespace, job.name, uid=uid)
+        except (errors.NotFound, errors.Conflict):
+            expectations.deletion_observed(exp_key, uid)
+            return
+        except Exception:
+            expectations.deletion_observed(exp_key, uid)
+            outcome.failed_writes += 1
+            raise
+        outcome.deleted += 1
+        events.event(job.raw, cond.NORMAL, REASON_DELETED_POD_GROUP, msg_deleted(job.name))
 
 
 async def write_status(

@@ -35,7 +35,7 @@ from controller.clock import SystemClock
 from controller.events import EventRecorder
 from controller.expectations import ControllerExpectations
 from controller.informer import Informer
-from controller.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient
+from controller.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient, served
 from controller.leader import LeaseElector, default_identity
 from controller.logging import add_logging_flags, configure_logging
 from controller.looplag import LoopLagMonitor
@@ -48,7 +48,10 @@ from controller.store import IndexFunc, index_by_controller_name, index_by_contr
 from controller.transforms import Transform, chain_transforms, strip_managed_fields
 from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX
 from controller.workqueue import WorkQueue
-from reconcile.handlers import job_handler, pod_handler, service_handler
+from reconcile.gang import KIND as PODGROUP_KIND
+from reconcile.gang import PLURAL as PODGROUP_PLURAL
+from reconcile.gang import Gang, gang_from_flag
+from reconcile.handlers import job_handler, pod_handler, podgroup_handler, service_handler
 from reconcile.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.metrics import JobMetrics
 from reconcile.names import GROUP, KIND, PLURAL, VERSION
@@ -60,6 +63,9 @@ from reconcile.tfjob import DEFAULT_FAILED_CREATE_GRACE, Caches, TFJobReconciler
 log = structlog.get_logger("tfjob-controller")
 
 TFJOBS = Resource(GROUP, VERSION, PLURAL, kind=KIND)
+PRIORITY_CLASSES = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False, kind="PriorityClass"
+)
 CONTROLLER_NAME = "tfjob-controller"
 
 #: Cache transforms. TFJobs are kept whole (the spec is the job); pods and services
@@ -151,9 +157,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " error (400, 403, 404, 422) before the job fails"
         f" (default {DEFAULT_FAILED_CREATE_GRACE:g})",
     )
+    p.add_argument(
+        "--gang-scheduler-name",
+        default="",
+        help="gang scheduling with PodGroups: empty (default) is off; 'volcano' uses"
+        " Volcano's (scheduling.volcano.sh/v1beta1); any other value uses scheduler-plugins'"
+        " (scheduling.x-k8s.io/v1alpha1, coscheduling) with that value as the pods'"
+        " schedulerName",
+    )
     add_server_flags(p)
     add_logging_flags(p)
     return p.parse_args(argv)
+
+
+def podgroups_resource(gang: Gang) -> Resource:
+    return Resource(gang.group, gang.version, PODGROUP_PLURAL, kind=PODGROUP_KIND)
 
 
 #: The Lease's own client: no client-side rate limit (it sends two requests per retry
@@ -176,7 +194,16 @@ async def run(args: argparse.Namespace) -> int:
         ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst), identity
     )
     api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)
+    gang = gang_from_flag(args.gang_scheduler_name)
     async with api, contextlib.AsyncExitStack() as stack:
+        if gang is not None and not await served(api, podgroups_resource(gang)):
+            log.error(
+                "the PodGroup CRD is not served: install it, or run without --gang-scheduler-name",
+                crd=gang.crd_name,
+                version=gang.version,
+                gang_scheduler_name=args.gang_scheduler_name,
+            )
+            return 1
         metrics = Metrics()
         job_metrics = JobMetrics(metrics.registry)
         selector = f"{OPERATOR_NAME_LABEL}={DEFAULT_OPERATOR_NAME}"
@@ -201,6 +228,21 @@ async def run(args: argparse.Namespace) -> int:
             transform=SERVICE_TRANSFORM,
             **common,
         )
+        informers = [job_informer, pod_informer, service_informer]
+        podgroups_client = podgroup_informer = priority_informer = None
+        if gang is not None:
+            podgroups_client = ResourceClient(api, podgroups_resource(gang))
+            podgroup_informer = Informer(
+                podgroups_client, name="podgroups", transform=strip_managed_fields, **common
+            )
+            priority_informer = Informer(
+                ResourceClient(api, PRIORITY_CLASSES),
+                name="priorityclasses",
+                transform=strip_managed_fields,
+                namespace=None,
+                clock=clock,
+            )
+            informers += [podgroup_informer, priority_informer]
         expectations = ControllerExpectations(clock)
         queue = WorkQueue[str](
             CONTROLLER_NAME, clock=clock, metrics=metrics.queue(CONTROLLER_NAME, clock)
@@ -211,9 +253,18 @@ async def run(args: argparse.Namespace) -> int:
         )
         reconciler = TFJobReconciler(
             caches=Caches(
-                jobs=job_informer.store, pods=pod_informer.store, services=service_informer.store
+                jobs=job_informer.store,
+                pods=pod_informer.store,
+                services=service_informer.store,
+                podgroups=podgroup_informer.store if podgroup_informer else None,
+                priorityclasses=priority_informer.store if priority_informer else None,
             ),
-            writers=Writers(jobs=jobs_client, pods=pods_client, services=services_client),
+            writers=Writers(
+                jobs=jobs_client,
+                pods=pods_client,
+                services=services_client,
+                podgroups=podgroups_client,
+            ),
             expectations=expectations,
             events=recorder,
             clock=clock,
@@ -223,6 +274,7 @@ async def run(args: argparse.Namespace) -> int:
                 cluster_domain=args.cluster_domain,
                 backoff_base_seconds=args.restart_backoff_base,
                 backoff_max_seconds=args.restart_backoff_max,
+                gang=gang,
             ),
             metrics=job_metrics,
             failed_create_grace=args.failed_create_grace,
@@ -239,6 +291,8 @@ async def run(args: argparse.Namespace) -> int:
         job_informer.add_handler(job_handler(expectations, queue, job_metrics))
         pod_informer.add_handler(pod_handler(expectations, queue))
         service_informer.add_handler(service_handler(expectations, queue))
+        if podgroup_informer is not None:
+            podgroup_informer.add_handler(podgroup_handler(expectations, queue))
 
         elector = None
         if args.leader_elect:
@@ -255,7 +309,6 @@ async def run(args: argparse.Namespace) -> int:
                 clock=clock,
                 on_change=metrics.leader_status(args.leader_election_id),
             )
-        informers = [job_informer, pod_informer, service_informer]
         manager: Manager
 
         def ready() -> bool:
@@ -290,6 +343,7 @@ async def run(args: argparse.Namespace) -> int:
             burst=args.kube_api_burst,
             leader_elect=args.leader_elect,
             identity=identity,
+            gang_scheduler=gang.scheduler_name if gang else None,
         )
         return await manager.run()
 
