@@ -150,6 +150,16 @@ def is_finished(conditions: Sequence[JobCondition]) -> bool:
     return is_true(conditions, SUCCEEDED) or is_true(conditions, FAILED)
 
 
+def set_message(
+    conditions: Sequence[JobCondition], cond_type: str, message: str
+) -> list[JobCondition]:
+    """The list with the message of ``cond_type`` replaced (no transition: the same
+    condition, said more precisely)."""
+    return [
+        c.model_copy(update={"message": message}) if c.type == cond_type else c for c in conditions
+    ]
+
+
 def set_condition(
     conditions: Sequence[JobCondition],
     cond_type: str,

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from controller.types import JSON
 from reconcile import conditions as cond
+from reconcile import gang_restart
 from reconcile.children import (
     foreign_pods,
     new_pods,
@@ -187,12 +188,30 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
 def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> Plan:
     old = snap.job.status
     clock = active_clock(old, tfjob.name, now)
+    whole = gang_restart.enabled(tfjob)
+    stale: list[JSON] = []
+    if whole:
+        # Pods of an earlier epoch are going (reconcile.gang_restart): not accounted.
+        current, stale = gang_restart.split_by_epoch(snap.pods, old.gang_epoch)
+        snap = replace(snap, pods=current)
     outcomes = _account(snap, tfjob, old, config, resumed_at=clock.resumed_at)
+    restart_type = gang_restart.trigger(old, outcomes) if whole and not stale else None
+    if restart_type is not None:
+        gang_restart.as_one_restart(old, outcomes)
     verdict, deadline_in = decide(tfjob, outcomes, clock.start_time, snap.now)
     if verdict is None and snap.failure is not None:
         message = cond.msg_create_failed(tfjob.namespace, tfjob.name, snap.failure.message)
         verdict = Verdict(False, message, cond.WARNING, failure_reason=snap.failure.reason)
     new = calculate_status(old, outcomes, verdict, now, job=tfjob, clock=clock)
+    if restart_type is not None and verdict is None:
+        # Account, then act: the next epoch is stored before any pod is deleted.
+        message = gang_restart.msg_gang_restart(tfjob.name, restart_type)
+        conds = cond.set_condition(
+            new.conditions, cond.RESTARTING, cond.TRUE, cond.REASON_RESTARTING, message, now
+        )
+        conds = cond.set_message(conds, cond.RESTARTING, message)
+        new = gang_restart.restart_gang(new, old).model_copy(update={"conditions": conds})
+        return _status_plan(old, new)
     gang = _gang_step(snap, tfjob, config) if verdict is None else None
     if gang is not None:
         conds = admission_conditions(new.conditions, gang.waiting, tfjob.name, now)
@@ -200,13 +219,14 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
     plan = _status_plan(old, new, failed_event_type=failed_event_type)
     if verdict is not None:
-        done = finishing_cleanup(snap.job.run_policy, snap.pods, snap.services, now, snap.now)
+        pods = [*snap.pods, *stale]
+        done = finishing_cleanup(snap.job.run_policy, pods, snap.services, now, snap.now)
         return _with_children(
             plan,
             delete_pods=done.delete_pods,
             delete_services=done.delete_services,
             release_pods=active_releases(
-                snap.pods, done.delete_pods, old, tfjob, resumed_at=clock.resumed_at
+                pods, done.delete_pods, old, tfjob, resumed_at=clock.resumed_at
             ),
             requeue_after=done.requeue_after,
             podgroup=_podgroup_delete(snap, config),
@@ -222,6 +242,8 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
         # deletion event brings the job back
         creates = {rt: c for rt, c in creates.items() if rt not in CHIEF_TYPES}
     waits = [o.wait for o in outcomes.values() if o.wait is not None]
+    if whole and (stale or waits):
+        creates = {}  # all together: once the old epoch is gone and the backoff is over
     if deadline_in is not None:
         waits.append(deadline_in)
     overrides = template_overrides(tfjob, creates)
@@ -231,19 +253,25 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
     doomed = unique(
         [p for o in outcomes.values() for p in o.delete] + foreign_pods(tfjob, snap.pods)
     )
+    stale_doomed = gang_restart.stale_deletions(stale)
+    pods = new_pods(
+        tfjob,
+        creates,
+        cluster_domain=config.cluster_domain,
+        operator_name=config.operator_name,
+        gang=config.gang,
+    )
+    if whole:
+        for pod in pods:
+            gang_restart.label_pod(pod, old.gang_epoch)
+    releases = active_releases(snap.pods, doomed, old, tfjob, resumed_at=clock.resumed_at)
     return _with_children(
         plan,
-        create_pods=new_pods(
-            tfjob,
-            creates,
-            cluster_domain=config.cluster_domain,
-            operator_name=config.operator_name,
-            gang=config.gang,
-        ),
-        delete_pods=doomed,
+        create_pods=pods,
+        delete_pods=[*doomed, *stale_doomed],
         create_services=create_svcs,
         delete_services=delete_svcs,
-        release_pods=active_releases(snap.pods, doomed, old, tfjob, resumed_at=clock.resumed_at),
+        release_pods=[*releases, *settled_releases(stale, stale_doomed)],
         requeue_after=min(waits) if waits else None,
         podgroup=gang.write if gang is not None else None,
     )

@@ -154,6 +154,9 @@ class JobStatus(_Model):
     last_reconcile_time: Time | None = None
     #: The metadata.generation of the TFJob this status was computed from.
     observed_generation: int | None = None
+    #: Whole-gang restarts (reconcile.gang_restart): the generation of pods that is
+    #: current; pods labelled with an earlier one are deleted, and their ends ignored.
+    gang_epoch: Count = 0
 
     @classmethod
     def read(cls, obj: object) -> tuple[JobStatus, str | None]:
