@@ -18,11 +18,12 @@ $(STAMP): pyproject.toml
 	rm -rf $(VENV)/lib/python3*/site-packages/test
 	@touch $@
 
+# The control plane's binaries and the gang scheduler (scheduler-plugins' Coscheduling).
 binaries: venv
-	VENV=$(VENV) hack/build-binaries.sh
+	VENV=$(VENV) hack/build-binaries.sh --scheduler-plugins
 
 cluster: binaries
-	hack/cluster.sh up
+	hack/cluster.sh up --gang scheduler-plugins
 
 cluster-down:
 	hack/cluster.sh down

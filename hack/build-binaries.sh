@@ -5,8 +5,9 @@
 # Prints the bin directory on the last line of stdout.
 #
 # --scheduler-plugins also builds the gang scheduler (scheduler-plugins' Coscheduling,
-# the wrapper module in hack/scheduler-plugins/) into a cache entry of its own, and
-# prints `scheduler-plugins=<binary>` on the line before the bin directory.
+# the wrapper module in hack/scheduler-plugins/) into a cache entry of its own, with
+# the module's PodGroup CRD beside it (<entry>/crds/), and prints
+# `scheduler-plugins=<entry>/bin/kube-scheduler-plugins` on the line before the bin dir.
 set -euo pipefail
 
 WITH_SP=0
@@ -36,7 +37,9 @@ SP_SRC="$HERE/scheduler-plugins"
 SP_VERSION=$(sed -n 's|^[[:space:]]*sigs\.k8s\.io/scheduler-plugins \(v[^[:space:]]*\).*|\1|p' "$SP_SRC/go.mod" | head -1)
 SP_K8S_VERSION=$(sed -n 's|^[[:space:]]*k8s\.io/kubernetes => k8s\.io/kubernetes \(v[^[:space:]]*\).*|\1|p' "$SP_SRC/go.mod")
 SP_HASH=$(cat "$SP_SRC/go.mod" "$SP_SRC/go.sum" "$SP_SRC/main.go" | sha256sum | cut -c1-12)
-SP_BIN="$CACHE_ROOT/scheduler-plugins-${SP_VERSION}_k8s-${SP_K8S_VERSION}_${SP_HASH}/bin/kube-scheduler-plugins"
+SP_DIR="$CACHE_ROOT/scheduler-plugins-${SP_VERSION}_k8s-${SP_K8S_VERSION}_${SP_HASH}"
+SP_BIN="$SP_DIR/bin/kube-scheduler-plugins"
+SP_CRD="$SP_DIR/crds/scheduling.x-k8s.io_podgroups.yaml"
 
 # What the caller reads: the scheduler-plugins binary if asked for, then the bin dir.
 emit() {
@@ -50,6 +53,7 @@ missing=()
 for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
 [[ -f "$STAGES/pod-ready.yaml" ]] || missing+=(kwok-stages)
 if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then missing+=(kube-scheduler-plugins); fi
+if (( WITH_SP )) && [[ ! -f "$SP_CRD" ]]; then missing+=(podgroup-crd); fi
 if [[ ${#missing[@]} -eq 0 ]]; then
   log "cached: $BIN"
   if (( WITH_SP )); then log "cached: $SP_BIN"; fi
@@ -213,6 +217,16 @@ if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then
   with_heartbeat "kube-scheduler-plugins" \
     go build -trimpath -pgo=off -ldflags "$ld" -o "$SP_BIN.tmp" .
   mv "$SP_BIN.tmp" "$SP_BIN"
+fi
+# The PodGroup CRD from the module: manifests/coscheduling/crd.yaml is the real file
+# (manifests/crds/ holds a symlink to it, and module zips leave symlinks out).
+if (( WITH_SP )) && [[ ! -f "$SP_CRD" ]]; then
+  cd "$SP_SRC"
+  spmod=$(go mod download -json "sigs.k8s.io/scheduler-plugins@$SP_VERSION" | sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p')
+  mkdir -p "$(dirname "$SP_CRD")"
+  cp "$spmod/manifests/coscheduling/crd.yaml" "$SP_CRD"
+  chmod 0644 "$SP_CRD"
+  log "PodGroup CRD copied to $SP_CRD"
 fi
 
 log "all binaries in $BIN ($(( $(date +%s) - start_all ))s)"

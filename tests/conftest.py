@@ -2,8 +2,11 @@
 
 Tests under tests/cluster/ are marked `cluster` automatically. They use the session
 fixture `cluster`, which brings the local control plane up (hack/cluster/) or reuses
-a running one, with every CRD under config/crd installed, and the fixture `namespace`,
-a fresh namespace per test, deleted afterwards.
+a running one, with every CRD under config/crd installed and the gang scheduler
+(`--gang scheduler-plugins`: Coscheduling as schedulerName scheduler-plugins-scheduler,
+and its PodGroup CRD), and the fixture `namespace`, a fresh namespace per test, deleted
+afterwards. The Volcano PodGroup CRD is not installed: a test that wants it calls
+`cluster.install_volcano_crd()` (and `remove_volcano_crd()` when done).
 
 With CI=true a cluster that cannot start fails the run; it is never skipped. Outside
 CI the cluster tests skip, saying why, only when no Go toolchain can be had.
@@ -56,6 +59,15 @@ class Cluster:
     def restart(self, component: str) -> None:
         self._hack("restart", component)
 
+    def install_volcano_crd(self) -> None:
+        """Install the Volcano PodGroup CRD (hack/crds/volcano-podgroups.yaml); returns
+        once it is Established and scheduling.volcano.sh/v1beta1 is served."""
+        cluster_mod.install_volcano_crd(self.api)
+
+    def remove_volcano_crd(self) -> None:
+        """Delete it (and every Volcano PodGroup); returns once it is no longer served."""
+        cluster_mod.remove_volcano_crd(self.api)
+
     def compact_etcd(self) -> int:
         """Compact etcd at its current revision, so every older resourceVersion is gone."""
         return int(self._hack("compact").strip().splitlines()[-1])
@@ -80,7 +92,7 @@ def cluster() -> Iterator[Cluster]:
     d = cluster_mod.cluster_dir()
     was_running = cluster_mod.load_state(d) is not None and cluster_mod.status_report(d)[0]
     proc = subprocess.run(
-        cluster_mod.command("up"),
+        cluster_mod.command("up", "--gang", "scheduler-plugins"),
         cwd=REPO,
         capture_output=True,
         text=True,

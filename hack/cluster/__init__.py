@@ -2,7 +2,10 @@
 
 etcd, kube-apiserver, kube-controller-manager (garbage collector and namespace
 controllers only), kube-scheduler and kwok (simulated nodes and kubelet), all on
-loopback, on free ports, with their own PKI and RBAC authorization.
+loopback, on free ports, with their own PKI and RBAC authorization. With
+`--gang scheduler-plugins`, a second scheduler with scheduler-plugins' Coscheduling
+plugin and its PodGroup CRD (gang.py); `--volcano-crd` installs the Volcano PodGroup
+CRD, which tests may also install and remove at run time (crds.py).
 
     hack/cluster.sh up|down|status|restart|compact [--nodes N] [--node-cpu 8] ...
     python -m hack.cluster ...            (the same, from the repository root)
@@ -18,7 +21,9 @@ cli.py the command line over it.
 
 import sys
 
+from hack.cluster import gang
 from hack.cluster.api import Api
+from hack.cluster.crds import install_volcano_crd, remove_volcano_crd
 from hack.cluster.host import REPO, cluster_dir, free_port, listening_ports, pid_alive
 from hack.cluster.state import load_state, status_report
 
@@ -28,9 +33,12 @@ __all__ = [
     "cluster_dir",
     "command",
     "free_port",
+    "gang",
+    "install_volcano_crd",
     "listening_ports",
     "load_state",
     "pid_alive",
+    "remove_volcano_crd",
     "status_report",
 ]
 

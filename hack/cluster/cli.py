@@ -13,15 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from hack.cluster import __doc__ as package_doc
+from hack.cluster import gang
 from hack.cluster.api import Api
 from hack.cluster.components import (
+    COMPONENT_PORTS,
     COMPONENTS,
     build_binaries,
+    cluster_components,
     component_argv,
-    install_crds,
     node_manifest,
     start,
 )
+from hack.cluster.crds import install_crds, install_volcano_crd
 from hack.cluster.host import (
     REPO,
     cluster_dir,
@@ -38,11 +41,9 @@ from hack.cluster.state import load_state, save_state, status_report
 DEFAULT_AUDIT_POLICY = REPO / "hack" / "audit-policy.yaml"
 
 
-def _argv(
-    name: str, d: Path, bins: Path, ports: dict[str, int], opts: argparse.Namespace
-) -> list[str]:
+def _argv(name: str, d: Path, state: dict[str, Any], opts: argparse.Namespace) -> list[str]:
     """component_argv, with the audit policy the cluster was started with."""
-    argv = component_argv(name, d, bins, ports, opts)
+    argv = component_argv(name, d, state, opts)
     policy = f"--audit-policy-file={Path(opts.audit_policy).resolve()}"
     return [policy if a.startswith("--audit-policy-file=") else a for a in argv]
 
@@ -54,26 +55,65 @@ def _audit_from_state(opts: argparse.Namespace, state: dict[str, Any]) -> None:
         opts.audit, opts.audit_policy = audit["on"], audit["policy"]
 
 
+def _gang_crds(state: dict[str, Any]) -> list[Path]:
+    """The CRDs the cluster's gang scheduler needs (before it and KCM start)."""
+    if state.get("gang") != gang.COMPONENT:
+        return []
+    return [gang.pod_group_crd_file(Path(state["scheduler_plugins_bin"]))]
+
+
+def _wait_healthy(name: str, state: dict[str, Any], pid: int) -> None:
+    port = state["ports"][COMPONENT_PORTS[name][0]]
+    wait_for(name, lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), 60, [pid])
+
+
+def _add_gang(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api) -> None:
+    """Give a running cluster the gang scheduler: the PodGroup CRD, KCM restarted (its
+    garbage collector would otherwise see the new resource only at its next 30 s
+    discovery resync), then the scheduler."""
+    _, sp_bin = build_binaries(with_gang=True)
+    state["gang"] = gang.COMPONENT
+    state["scheduler_plugins_bin"] = str(sp_bin)
+    state["ports"]["scheduler_plugins"] = free_port()
+    save_state(d, state)
+    install_crds(api, _gang_crds(state))
+    _restart_component(d, state, "kube-controller-manager", opts)
+    pid = start(d, gang.COMPONENT, _argv(gang.COMPONENT, d, state, opts))
+    state["pids"][gang.COMPONENT] = pid
+    save_state(d, state)
+    _wait_healthy(gang.COMPONENT, state, pid)
+    log(f"added {gang.COMPONENT} (pid {pid}) to the running cluster")
+
+
 def cmd_up(opts: argparse.Namespace) -> int:
     t0 = time.monotonic()
     d = cluster_dir()
+    want_gang = opts.gang == gang.COMPONENT
     state = load_state(d)
     if state:
         ok, _ = status_report(d)
         if ok:
             api = Api(d, state["ports"]["apiserver"])
-            install_crds(api)
+            if want_gang and state.get("gang") != gang.COMPONENT:
+                _add_gang(d, state, opts, api)  # installs the CRDs too
+            else:
+                install_crds(api, _gang_crds(state))
+            if opts.volcano_crd:
+                install_volcano_crd(api)
             log(f"reusing the running cluster in {d}")
             print(d / "kubeconfig")
             return 0
         log("found a stale cluster; stopping its leftovers")
         cmd_down(opts)
-    bins = build_binaries()
+    bins, sp_bin = build_binaries(with_gang=want_gang)
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
     make_pki(d / "pki")
-    ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler")}
+    port_names = ["etcd", "etcd_peer", "apiserver", "kcm", "scheduler"]
+    if want_gang:
+        port_names.append("scheduler_plugins")
+    ports = {k: free_port() for k in port_names}
     write_kubeconfig(d, ports["apiserver"])
     state = {
         "pids": {},
@@ -82,10 +122,13 @@ def cmd_up(opts: argparse.Namespace) -> int:
         "started": time.time(),
         "audit": {"on": opts.audit, "policy": str(Path(opts.audit_policy).resolve())},
     }
+    if want_gang:
+        state["gang"] = gang.COMPONENT
+        state["scheduler_plugins_bin"] = str(sp_bin)
     save_state(d, state)
 
     def launch(name: str) -> int:
-        pid = start(d, name, _argv(name, d, bins, ports, opts))
+        pid = start(d, name, _argv(name, d, state, opts))
         state["pids"][name] = pid
         save_state(d, state)
         log(f"started {name} (pid {pid})")
@@ -98,21 +141,13 @@ def cmd_up(opts: argparse.Namespace) -> int:
         api = Api(d, ports["apiserver"])
         wait_for("kube-apiserver /readyz", api.ready, 120, [pid])
         # CRDs before KCM: the garbage collector re-reads discovery only every 30 s.
-        install_crds(api)
-        pid = launch("kube-controller-manager")
-        wait_for(
-            "kube-controller-manager",
-            lambda: http_ok(f"https://127.0.0.1:{ports['kcm']}/healthz"),
-            60,
-            [pid],
-        )
-        pid = launch("kube-scheduler")
-        wait_for(
-            "kube-scheduler",
-            lambda: http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz"),
-            60,
-            [pid],
-        )
+        # The PodGroup CRD also goes before the gang scheduler, which reads PodGroups.
+        install_crds(api, _gang_crds(state))
+        if opts.volcano_crd:
+            install_volcano_crd(api)
+        for name in cluster_components(state):
+            if name in ("kube-controller-manager", "kube-scheduler", gang.COMPONENT):
+                _wait_healthy(name, state, launch(name))
         pid = launch("kwok")
         for i in range(opts.nodes):
             api.apply(node_manifest(i, opts), "/api/v1/nodes")
@@ -200,7 +235,14 @@ def cmd_restart(opts: argparse.Namespace) -> int:
     state = load_state(d)
     if not state:
         raise SystemExit("no cluster running")
-    name = opts.component
+    if opts.component not in cluster_components(state):
+        raise SystemExit(f"{opts.component} is not part of this cluster (see --gang)")
+    _audit_from_state(opts, state)
+    _restart_component(d, state, opts.component, opts)
+    return 0
+
+
+def _restart_component(d: Path, state: dict[str, Any], name: str, opts: argparse.Namespace) -> None:
     pid = state["pids"].get(name)
     if pid and pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
@@ -212,23 +254,14 @@ def cmd_restart(opts: argparse.Namespace) -> int:
             time.sleep(0.05)
     # A killed Go process can show as a zombie while its other threads still hold its
     # sockets: wait until nothing listens on the component's ports any more.
-    own = {
-        "etcd": ["etcd", "etcd_peer"],
-        "kube-apiserver": ["apiserver"],
-        "kube-controller-manager": ["kcm"],
-        "kube-scheduler": ["scheduler"],
-    }.get(name, [])
-    ports = {state["ports"][k] for k in own}
+    ports = {state["ports"][k] for k in COMPONENT_PORTS.get(name, [])}
     wait_for(f"{name}'s ports to close", lambda: not ports & listening_ports(), 30)
-    bins = Path(state["bin_dir"])
-    _audit_from_state(opts, state)
-    new = start(d, name, _argv(name, d, bins, state["ports"], opts))
+    new = start(d, name, _argv(name, d, state, opts))
     state["pids"][name] = new
     save_state(d, state)
     if name == "kube-apiserver":
         wait_for("kube-apiserver /readyz", Api(d, state["ports"]["apiserver"]).ready, 120, [new])
     log(f"restarted {name} (pid {new})")
-    return 0
 
 
 def cmd_compact(opts: argparse.Namespace) -> int:
@@ -281,6 +314,18 @@ def main(argv: list[str] | None = None) -> int:
         "--audit-policy",
         default=str(DEFAULT_AUDIT_POLICY),
         help="the audit policy file for --audit (default hack/audit-policy.yaml)",
+    )
+    p.add_argument(
+        "--gang",
+        choices=["none", *gang.GANG_SCHEDULERS],
+        default="none",
+        help="also run a gang scheduler: scheduler-plugins' Coscheduling as a second "
+        f"scheduler (schedulerName {gang.SCHEDULER_NAME}), with its PodGroup CRD",
+    )
+    p.add_argument(
+        "--volcano-crd",
+        action="store_true",
+        help="install the Volcano PodGroup CRD (hack/crds/volcano-podgroups.yaml)",
     )
     opts = p.parse_args(argv)
     if opts.command == "restart" and not opts.component:

@@ -1,5 +1,5 @@
 """The components: the Go-built binaries, each one's command line, starting a
-process, the kwok nodes and the CRDs installed from config/crd."""
+process and the kwok nodes."""
 
 from __future__ import annotations
 
@@ -8,20 +8,46 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from hack.cluster.api import Api
-from hack.cluster.host import REPO, log, wait_for
+from hack.cluster import gang
+from hack.cluster.host import REPO
 
-COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+#: In start order; `down` stops them in reverse. The gang scheduler runs only in a
+#: cluster started with `--gang scheduler-plugins` (see cluster_components).
+COMPONENTS = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    gang.COMPONENT,
+    "kwok",
+]
+#: Each component's entries in state["ports"].
+COMPONENT_PORTS = {
+    "etcd": ["etcd", "etcd_peer"],
+    "kube-apiserver": ["apiserver"],
+    "kube-controller-manager": ["kcm"],
+    "kube-scheduler": ["scheduler"],
+    gang.COMPONENT: ["scheduler_plugins"],
+}
 
 
-def build_binaries() -> Path:
+def cluster_components(state: dict[str, Any]) -> list[str]:
+    """The components of the cluster that `state` describes, in start order."""
+    return [c for c in COMPONENTS if c != gang.COMPONENT or state.get("gang") == gang.COMPONENT]
+
+
+def build_binaries(with_gang: bool = False) -> tuple[Path, Path | None]:
+    """The bin directory, and the gang scheduler's binary when asked for."""
     out = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-binaries.sh")],
+        ["bash", str(REPO / "hack" / "build-binaries.sh")]
+        + (["--scheduler-plugins"] if with_gang else []),
         check=True,
         stdout=subprocess.PIPE,
         text=True,
     )
-    return Path(out.stdout.strip().splitlines()[-1])
+    lines = out.stdout.strip().splitlines()
+    sp = [ln.split("=", 1)[1] for ln in lines if ln.startswith("scheduler-plugins=")]
+    return Path(lines[-1]), Path(sp[0]) if sp else None
 
 
 def kwok_stage_files(bins: Path) -> list[Path]:
@@ -57,9 +83,25 @@ def start(d: Path, name: str, argv: list[str]) -> int:
     return proc.pid
 
 
+def _scheduler_argv(binary: Path, config: Path, kubeconfig: str, port: int) -> list[str]:
+    return [
+        str(binary),
+        f"--config={config}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        "--v=1",
+    ]
+
+
 def component_argv(
-    name: str, d: Path, bins: Path, ports: dict[str, int], opts: argparse.Namespace
+    name: str, d: Path, state: dict[str, Any], opts: argparse.Namespace
 ) -> list[str]:
+    """`name`'s command line in the cluster of `state` (its bin_dir, ports, gang)."""
+    bins = Path(state["bin_dir"])
+    ports: dict[str, int] = state["ports"]
     pki = d / "pki"
     kubeconfig = str(d / "kubeconfig")
     if name == "etcd":
@@ -142,16 +184,12 @@ def component_argv(
             # Lets pods aimed at Volcano bind here too (no gang semantics).
             "- schedulerName: volcano\n"
         )
-        return [
-            str(bins / "kube-scheduler"),
-            f"--config={sched}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['scheduler']}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-            "--v=1",
-        ]
+        return _scheduler_argv(bins / "kube-scheduler", sched, kubeconfig, ports["scheduler"])
+    if name == gang.COMPONENT:
+        sched = d / "scheduler-plugins.yaml"
+        sched.write_text(gang.scheduler_config(kubeconfig))
+        binary = Path(state["scheduler_plugins_bin"])
+        return _scheduler_argv(binary, sched, kubeconfig, ports["scheduler_plugins"])
     if name == "kwok":
         argv = [
             str(bins / "kwok"),
@@ -183,35 +221,3 @@ def node_manifest(i: int, opts: argparse.Namespace) -> dict[str, Any]:
         },
         "status": {"allocatable": res, "capacity": res},
     }
-
-
-def crd_files() -> list[Path]:
-    root = REPO / "config" / "crd"
-    return sorted(p for p in root.rglob("*.yaml") if p.is_file()) if root.exists() else []
-
-
-def install_crds(api: Api) -> None:
-    import yaml
-
-    names = []
-    for f in crd_files():
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                api.apply(doc, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
-                names.append(doc["metadata"]["name"])
-
-    def established() -> bool:
-        for n in names:
-            status, body = api.request(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}"
-            )
-            conds = (
-                ((body or {}).get("status") or {}).get("conditions") or [] if status == 200 else []
-            )
-            if not any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-                return False
-        return True
-
-    wait_for("CRDs established", established, 60)
-    if names:
-        log(f"CRDs installed: {', '.join(names)}")

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hack.cluster import gang
 from hack.cluster.api import Api
-from hack.cluster.components import COMPONENTS
+from hack.cluster.components import cluster_components
 from hack.cluster.host import pid_alive
 
 
@@ -30,7 +31,7 @@ def status_report(d: Path) -> tuple[bool, list[str]]:
     if not state:
         return False, [f"no cluster in {d}"]
     lines, all_up = [], True
-    for name in COMPONENTS:
+    for name in cluster_components(state):
         pid = state["pids"].get(name)
         alive = bool(pid) and pid_alive(pid)
         all_up &= alive
@@ -39,5 +40,10 @@ def status_report(d: Path) -> tuple[bool, list[str]]:
     ready = api.ready()
     all_up &= ready
     lines.append(f"apiserver https://127.0.0.1:{state['ports']['apiserver']} ready={ready}")
+    if state.get("gang") == gang.COMPONENT:
+        lines.append(
+            f"gang scheduler {gang.SCHEDULER_NAME} "
+            f"(permitWaitingTimeSeconds {gang.PERMIT_WAITING_TIME_SECONDS})"
+        )
     lines.append(f"kubeconfig {d / 'kubeconfig'}")
     return all_up, lines

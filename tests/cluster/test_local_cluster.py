@@ -269,13 +269,15 @@ async def test_crd_from_yaml_established_and_usable(
 
 
 def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
-    """A second, private cluster: up, then down leaves no process and frees its ports."""
+    """A second, private cluster: up, then down leaves no process and frees its ports.
+    It runs the gang scheduler too, the sixth process."""
     env = {**os.environ, "TFJOB_CLUSTER_DIR": str(tmp_path / "c"), "TFJOB_CLUSTER_NODES": "1"}
     run = functools.partial(subprocess.run, cwd=REPO, env=env, check=True)
-    run(cluster_mod.command("up"), stdout=subprocess.PIPE)
+    run(cluster_mod.command("up", "--gang", "scheduler-plugins"), stdout=subprocess.PIPE)
     state = orjson.loads((tmp_path / "c" / "state.json").read_bytes())
     pids = list(state["pids"].values())
-    assert len(pids) == 5
+    assert len(pids) == 6 and "scheduler-plugins" in state["pids"]
+    assert (tmp_path / "c" / "logs" / "scheduler-plugins.log").exists()
     run(cluster_mod.command("status"), stdout=subprocess.PIPE)
     assert state["ports"]["apiserver"] in cluster_mod.listening_ports()
     run(cluster_mod.command("down"))
