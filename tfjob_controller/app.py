@@ -357,6 +357,12 @@ def _pod_namespace() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["explain"]:
+        # A subcommand that needs no cluster (tfjob_controller.explain).
+        from tfjob_controller.explain import main as explain_main
+
+        sys.exit(explain_main(words[1:], prog="tfjob-controller explain"))
     args = parse_args(argv)
     configure_logging(args.log_format, args.log_level)
     sys.exit(anyio.run(run, args))
