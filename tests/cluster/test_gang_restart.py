@@ -1,0 +1,52 @@
+"""Whole-gang restart on the real cluster (reconcile.gang_restart): a job annotated
+``training.kubeflow.org/gang-restart: "true"`` answers one worker's retried failure by
+deleting every pod, waiting until all are gone, and creating all again together; that
+is one restart against backoffLimit."""
+
+from __future__ import annotations
+
+from tests.cluster import kube as k
+from tests.cluster.kube import ControllerProcess, Kube, PodHistory, wait_for, wait_running
+from tests.cluster.policy_helpers import make_job, rs, settled
+from tests.conftest import Cluster
+
+ANNOTATION = "training.kubeflow.org/gang-restart"
+
+
+def test_a_worker_exit_restarts_the_whole_gang_once_and_backoff_limit_holds(
+    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    job = make_job("gr", chief="ExitCode", workers=(2, "ExitCode"), run_policy={"backoffLimit": 1})
+    job["metadata"]["annotations"] = {ANNOTATION: "true"}
+    kube.create_tfjob(ns, job)
+    with PodHistory(cluster, ns) as history:
+        old = {p["metadata"]["uid"] for p in wait_running(kube, ns, "gr", 3)}
+        kube.exit_pod(ns, "gr-worker-1", 137)  # retryable under ExitCode
+        wait_for(lambda: not old & {p["metadata"]["uid"] for p in kube.pods(ns, "gr")}, 60,
+                 "every pod replaced")  # fmt: skip
+        new = {p["metadata"]["uid"] for p in wait_running(kube, ns, "gr", 3, timeout=60)}
+        settled(kube, controller, ns, "gr")
+        done = kube.tfjob(ns, "gr")
+        assert rs(done, "Worker")["restarts"] == 1 and rs(done, "Chief")["restarts"] == 0
+        assert rs(done, "Worker")["disruptions"] == rs(done, "Chief")["disruptions"] == 0
+        assert (done or {})["status"]["gangEpoch"] == 1
+        # all of the old gang gone before any of the new one was made, and the new one
+        # made in one pass
+        events = list(history.events)
+        last_gone = max(i for i, (t, _, uid) in enumerate(events) if t == "DELETED" and uid in old)
+        added = [i for i, (t, _, uid) in enumerate(events) if t == "ADDED" and uid in new]
+        assert last_gone < min(added), events
+        assert history.violations == []
+    restarting = [
+        e
+        for e in kube.events(ns)
+        if e["reason"] == "TFJobRestarting" and "whole gang" in e["message"]
+    ]
+    assert restarting, [e["message"] for e in kube.events(ns)]
+    # the second failure is past backoffLimit 1: Failed, not another restart
+    kube.exit_pod(ns, "gr-chief-0", 137)
+    failed = k.wait_job(kube, ns, "gr", "Failed", timeout=60)
+    why = k.condition(failed, "Failed") or {}
+    assert why["reason"] == "TFJobFailed" and "backoff" in why["message"].lower(), why
+    assert (failed["status"].get("gangEpoch"), rs(failed, "Chief")["restarts"]) == (1, 1)
