@@ -170,6 +170,7 @@ class TFJobReconciler:
         # 6. Apply it: deletes and releases in the pass, creates handed to the background.
         outcome = Outcome()
         if plan.podgroup is not None and self.writers.podgroups is not None:
+            structlog.contextvars.bind_contextvars(podgroup=plan.podgroup.verb)
             await write_podgroup(
                 self.writers.podgroups,
                 self.expectations,

@@ -73,6 +73,8 @@ def test_least_privilege_rbac_runs_a_job_to_success(
         "--leader-elect",
         f"--leader-election-namespace={SA_NS}",
         "--leader-election-id=tfjob-controller-rbac-test",
+        # gang scheduling on: PodGroups and PriorityClasses are within the role too
+        "--gang-scheduler-name=scheduler-plugins-scheduler",
         log_name="tfjob-controller-rbac",
         kubeconfig=str(kubeconfig),
     )
@@ -97,7 +99,13 @@ def test_least_privilege_rbac_runs_a_job_to_success(
 
         wait_for(
             lambda: (
-                {"SuccessfulCreatePod", "SuccessfulCreateService", "TFJobSucceeded"} <= reasons()
+                {
+                    "SuccessfulCreatePod",
+                    "SuccessfulCreateService",
+                    "TFJobSucceeded",
+                    "SuccessfulDeletePodGroup",
+                }
+                <= reasons()
             ),
             30,
             "the job's events",
