@@ -12,10 +12,12 @@ Contract:
   allocation burst triggers collections that rescan everything alive, and for a page
   of pods that cost 4-6x the decode itself. JSON holds no reference cycles, so nothing
   is lost by not looking for them meanwhile.
-- All requests, watches included, pass one client-side token bucket (qps/burst;
+- All requests, watches included, pass the client's token bucket (qps/burst;
   ``qps <= 0`` disables it), so a hot loop cannot flood the apiserver. Waiting requests
-  are served in priority order (``request(priority=...)``): a status write does not
-  queue behind a thousand creates, and the total rate stays at qps/burst.
+  are served in priority order (``request(priority=...)``). ``sibling()`` gives another
+  budget (a bucket of its own, same qps/burst) on the same connections: client-go builds
+  one bucket per REST client, so a controller's kinds of traffic (creates, status
+  writes, events) do not wait for each other, and this is how to do the same.
 - Watches use their own connection pool: aiohttp speaks HTTP/1.1, so every open watch
   pins a connection and would otherwise starve ordinary requests. Every request has a
   total timeout; a stream has a per-read timeout instead, so a half-open connection is
@@ -164,6 +166,15 @@ class KubeApi:
         self._session: aiohttp.ClientSession | None = None
         self._stream_session: aiohttp.ClientSession | None = None
         self._remembered_auth: str | None = None
+        #: the client whose connections a sibling uses (and closes)
+        self._owner: KubeApi | None = None
+
+    def sibling(self) -> KubeApi:
+        """The same client with a budget of its own: a token bucket with the same qps and
+        burst, over this client's connections (which this client closes)."""
+        child = KubeApi(self.configuration, self.settings, self._clock)
+        child._owner = self._owner or self
+        return child
 
     @classmethod
     async def from_kubeconfig(
@@ -181,6 +192,8 @@ class KubeApi:
         await self.close()
 
     async def close(self) -> None:
+        if self._owner is not None:
+            return  # the connections are the owner's
         for session in (self._session, self._stream_session):
             if session is not None:
                 await session.close()
@@ -201,6 +214,8 @@ class KubeApi:
         )
 
     def _get_session(self, stream: bool) -> aiohttp.ClientSession:
+        if self._owner is not None:
+            return self._owner._get_session(stream)
         # Sessions are created lazily because aiohttp binds them to the running loop.
         if stream:
             if self._stream_session is None:

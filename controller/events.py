@@ -23,7 +23,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,7 @@ class EventRecorder:
         buffer_size: int = 1000,
         cache_size: int = 4096,
         mute_seconds: float = 300.0,
+        on_drop: Callable[[str], None] | None = None,
     ) -> None:
         self._writer = writer
         self.component = component
@@ -86,6 +87,13 @@ class EventRecorder:
         self._muted: dict[str, float] = {}
         self.dropped = 0
         self.written = 0
+        #: told why each dropped event was dropped (a metric's counter)
+        self._on_drop = on_drop
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        if self._on_drop is not None:
+            self._on_drop(why)
 
     # ---- EventSink --------------------------------------------------------------
 
@@ -106,7 +114,7 @@ class EventRecorder:
             pending.count += 1
             return
         if len(self._pending) >= self._buffer_size:
-            self.dropped += 1
+            self._drop("buffer_full")
             return
         involved = {
             "apiVersion": obj.get("apiVersion", ""),
@@ -155,7 +163,7 @@ class EventRecorder:
 
     async def _write(self, key: EventKey, p: _Pending) -> None:
         if self._is_muted(p.namespace):
-            self.dropped += 1
+            self._drop("namespace_terminating")
             return
         now = self._timestamp()
         written = self._written.get(key)
@@ -194,8 +202,9 @@ class EventRecorder:
             if len(self._written) > self._cache_size:
                 self._written.popitem(last=False)
         except Exception as exc:  # events are advisory: log and drop
-            self.dropped += 1
-            if errors.is_namespace_terminating(exc):
+            terminating = errors.is_namespace_terminating(exc)
+            self._drop("namespace_terminating" if terminating else "write_failed")
+            if terminating:
                 self._muted[p.namespace] = self._clock.monotonic() + self._mute_seconds
                 log.debug("namespace terminating: its events muted", namespace=p.namespace)
                 return

@@ -186,6 +186,13 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.events_dropped = Counter(
+            "events_dropped_total",
+            "Kubernetes Events recorded but not written, by why: buffer_full (more distinct"
+            " events pending than the buffer holds), namespace_terminating, write_failed",
+            ["reason"],
+            registry=r,
+        )
         self.leader = Gauge(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
@@ -199,6 +206,10 @@ class Metrics:
 
     def reconciles(self, controller: str, workers: int) -> ReconcileMetrics:
         return ReconcileMetrics(self, controller, workers)
+
+    def event_dropped(self, why: str) -> None:
+        """Pass as EventRecorder's ``on_drop``."""
+        self.events_dropped.labels(why).inc()
 
     def leader_status(self, name: str) -> Callable[[bool], None]:
         """Sets leader_election_master_status{name} to 1 while leading, 0 otherwise: pass

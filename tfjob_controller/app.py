@@ -181,6 +181,19 @@ LEASE_CLIENT_SETTINGS = ClientSettings(
 )
 
 
+class Budgets:
+    """The client's siblings (controller.api.KubeApi.sibling), one per kind of traffic
+    that upstream sends through a REST client of its own; pod and service writes use the
+    client itself. With --kube-api-qps Q the controller may send up to 4Q requests a
+    second in all (5Q with gang scheduling), plus the Lease's two per retry period."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.jobs = api.sibling()  # TFJob status writes, TTL deletions
+        self.podgroups = api.sibling()  # gang scheduling's PodGroup writes
+        self.events = api.sibling()
+        self.watches = api.sibling()  # every informer's lists and watches
+
+
 def with_identity(settings: ClientSettings, identity: str) -> ClientSettings:
     """The settings with ``/<identity>`` after the user agent: every request then names
     its replica in the audit log, and the agent still starts with ``tfjob-controller``."""
@@ -207,13 +220,23 @@ async def run(args: argparse.Namespace) -> int:
         metrics = Metrics()
         job_metrics = JobMetrics(metrics.registry)
         selector = f"{OPERATOR_NAME_LABEL}={DEFAULT_OPERATOR_NAME}"
-        jobs_client = ResourceClient(api, TFJOBS)
+        # One budget (qps/burst) per kind of traffic, as upstream has one token bucket per
+        # REST client: pod and service writes (``api``), TFJob status writes and
+        # deletions, PodGroup writes, events, and the informers' lists and watches. A
+        # create never waits behind a status write or an event, nor they behind it.
+        budgets = Budgets(api)
+        jobs_client = ResourceClient(budgets.jobs, TFJOBS)
         pods_client = ResourceClient(api, PODS)
         services_client = ResourceClient(api, SERVICES)
         common: dict[str, Any] = {"namespace": args.namespace, "clock": clock}
-        job_informer = Informer(jobs_client, name="tfjobs", transform=JOB_TRANSFORM, **common)
+        job_informer = Informer(
+            ResourceClient(budgets.watches, TFJOBS),
+            name="tfjobs",
+            transform=JOB_TRANSFORM,
+            **common,
+        )
         pod_informer = Informer(
-            pods_client,
+            ResourceClient(budgets.watches, PODS),
             name="pods",
             label_selector=selector,
             indexers=CHILD_INDEXERS,
@@ -221,7 +244,7 @@ async def run(args: argparse.Namespace) -> int:
             **common,
         )
         service_informer = Informer(
-            services_client,
+            ResourceClient(budgets.watches, SERVICES),
             name="services",
             label_selector=selector,
             indexers=CHILD_INDEXERS,
@@ -231,12 +254,15 @@ async def run(args: argparse.Namespace) -> int:
         informers = [job_informer, pod_informer, service_informer]
         podgroups_client = podgroup_informer = priority_informer = None
         if gang is not None:
-            podgroups_client = ResourceClient(api, podgroups_resource(gang))
+            podgroups_client = ResourceClient(budgets.podgroups, podgroups_resource(gang))
             podgroup_informer = Informer(
-                podgroups_client, name="podgroups", transform=strip_managed_fields, **common
+                ResourceClient(budgets.watches, podgroups_resource(gang)),
+                name="podgroups",
+                transform=strip_managed_fields,
+                **common,
             )
             priority_informer = Informer(
-                ResourceClient(api, PRIORITY_CLASSES),
+                ResourceClient(budgets.watches, PRIORITY_CLASSES),
                 name="priorityclasses",
                 transform=strip_managed_fields,
                 namespace=None,
@@ -249,7 +275,10 @@ async def run(args: argparse.Namespace) -> int:
         )
         background = Background(queue)
         recorder = EventRecorder(
-            ResourceClient(api, EVENTS), component=CONTROLLER_NAME, clock=clock
+            ResourceClient(budgets.events, EVENTS),
+            component=CONTROLLER_NAME,
+            clock=clock,
+            on_drop=metrics.event_dropped,
         )
         reconciler = TFJobReconciler(
             caches=Caches(

@@ -266,11 +266,13 @@ def wait_namespaces_gone(kube: Kube, timeout: float = 180) -> None:
     runs a controller of its own waits for them first: their jobs would hand it their
     pods to let go and creates to refuse, on its rate limit (and its 2 CPUs)."""
     wait_for(
-        lambda: not [
-            n
-            for n in kube.req("GET", "/api/v1/namespaces")["items"]
-            if n["status"].get("phase") == "Terminating"
-        ],
+        lambda: (
+            not [
+                n
+                for n in kube.req("GET", "/api/v1/namespaces")["items"]
+                if n["status"].get("phase") == "Terminating"
+            ]
+        ),
         timeout,
         "earlier tests' namespaces to be gone",
     )

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+from aiohttp import web
 
 from controller.clock import FakeClock
 from controller.ratelimit import ItemExponentialRateLimiter
 from controller.workqueue import WorkQueue
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @pytest.fixture
@@ -32,3 +35,21 @@ async def get_soon(q: WorkQueue[str]) -> str:
     """get() with a safety net so a broken queue fails the test instead of hanging."""
     with anyio.fail_after(5):
         return await q.get()
+
+
+@asynccontextmanager
+async def serving(gets: Mapping[str, Handler]) -> AsyncIterator[str]:
+    """GET handlers by route, served on a free loopback port: the base URL (a local
+    stand-in for the apiserver, for the real HTTP client)."""
+    app = web.Application()
+    for route, handler in gets.items():
+        app.router.add_get(route, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

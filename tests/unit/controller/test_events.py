@@ -77,7 +77,8 @@ async def test_expired_event_is_recreated() -> None:
 
 async def test_buffer_is_bounded_and_failures_never_raise() -> None:
     w = FakeEvents()
-    rec = recorder(w, buffer_size=2)
+    why: list[str] = []
+    rec = recorder(w, buffer_size=2, on_drop=why.append)
     rec.event(JOB, "Normal", "A", "1")
     rec.event(JOB, "Normal", "B", "2")
     rec.event(JOB, "Normal", "C", "3")
@@ -87,6 +88,7 @@ async def test_buffer_is_bounded_and_failures_never_raise() -> None:
     w.fail_create = errors.ServerError(500, "", "down")
     await rec.flush()
     assert rec.dropped == 4, "failed writes are dropped, not retried"
+    assert why == ["buffer_full", "buffer_full", "write_failed", "write_failed"]
     assert w.calls == []
     assert rec.backlog == 0
 

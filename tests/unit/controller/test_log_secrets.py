@@ -28,6 +28,7 @@ from controller.ratelimit import default_controller_rate_limiter
 from controller.runtime import Controller
 from controller.types import Result
 from controller.workqueue import WorkQueue
+from tests.unit.controller.conftest import serving
 
 TOKEN = "tfjob-test-s3cr3t-tok"
 PASSWORD = "pw-s3cr3t"
@@ -58,15 +59,8 @@ async def _echo_auth(request: web.Request) -> web.Response:
 
 @pytest.fixture
 async def apiserver() -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/ns/pods/{name}", _echo_auth)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serving({"/api/v1/namespaces/ns/pods/{name}": _echo_auth}) as url:
+        yield url
 
 
 class FetchingReconciler:

@@ -1,0 +1,45 @@
+"""KubeApi.sibling: a budget of its own on the same connections (client-go's one token
+bucket per REST client)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio.client.configuration import Configuration
+
+from controller.api import ClientSettings, KubeApi
+from tests.unit.controller.conftest import serving
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.json_response({"kind": "Pod", "metadata": {"name": request.match_info["name"]}})
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[str]:
+    async with serving({"/api/v1/namespaces/ns/pods/{name}": _ok}) as url:
+        yield url
+
+
+async def test_a_sibling_has_its_own_bucket_and_shares_the_connections(apiserver: str) -> None:
+    # one request a minute, burst 1: a second request on the same budget would wait
+    settings = ClientSettings(qps=1 / 60, burst=1)
+    api = KubeApi(Configuration(host=apiserver), settings)
+    sibling = api.sibling()
+    try:
+        t0 = time.monotonic()
+        assert (await api.request("GET", "/api/v1/namespaces/ns/pods/a"))["metadata"]["name"] == "a"
+        assert (await sibling.request("GET", "/api/v1/namespaces/ns/pods/b"))["metadata"][
+            "name"
+        ] == "b"
+        assert time.monotonic() - t0 < 5, "the sibling waited for the first budget"
+        assert sibling._get_session(False) is api._get_session(False)
+        await sibling.close()  # the owner's connections stay open
+        assert not api._get_session(False).closed
+        # a sibling of a sibling still uses the owner's connections
+        assert sibling.sibling()._get_session(False) is api._get_session(False)
+    finally:
+        await api.close()
