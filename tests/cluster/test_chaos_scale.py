@@ -12,7 +12,9 @@ tracking finalizer (commit 5e85b5b) it found a lost outcome: right after a resum
 failover, `alw-04-worker-1` was evicted (12:54:54.730 in that run), its finalizer came
 off 86 ms later and it was replaced, but no disruption was ever counted (Worker
 disruptions 0, one eviction done): the pod was created in the second the job resumed
-and taken for a suspend leftover, fixed in 051e12c. The report and audit log go to
+and taken for a suspend leftover, fixed in 051e12c. Later it counted three Worker
+disruptions of exc-08 too many: a replica whose pod watch was cut saw the suspend's own
+kills only after the resume (fixed in 07eb2c9). The report and audit log go to
 chaos-out/test/.
 """
 
