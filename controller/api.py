@@ -3,7 +3,7 @@
 Contract:
 - ``load_configuration`` reads a kubeconfig (explicit path/context, else $KUBECONFIG or
   ~/.kube/config) or, inside a pod, the service-account token; kubernetes-asyncio does
-  the parsing, nothing else of its generated client is used.
+  the parsing (controller.kubeconfig), and its generated client is never even loaded.
 - ``KubeApi.request`` sends one request and returns the body decoded by orjson into
   plain dicts (no generated models: they cost a double JSON round-trip per object).
   Non-2xx answers and transport failures raise ``controller.errors`` types.
@@ -32,18 +32,20 @@ import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client.configuration import Configuration
 
 from controller import errors
 from controller.clock import SystemClock
+from controller.kubeconfig import config_module, new_configuration
 from controller.logging import remember_secret
 from controller.ratelimit import PRIORITY_NORMAL, TokenBucket
 from controller.types import JSON, Clock
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client.configuration import Configuration
 
 #: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
 #: full object can exceed that a little).
@@ -109,9 +111,10 @@ async def load_configuration(
 ) -> Configuration:
     """Cluster address and credentials: an explicit kubeconfig wins, then in-cluster
     service-account config when running in a pod, then the default kubeconfig."""
-    cfg = Configuration()
+    kube_config = config_module()
+    cfg = new_configuration()
     if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
-        kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        kube_config.load_incluster_config(client_configuration=cfg)
         return cfg
     await kube_config.load_kube_config(
         config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
