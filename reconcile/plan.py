@@ -295,9 +295,10 @@ def _gang_step(snap: Snapshot, tfjob: TFJob, config: PlanConfig) -> _GangStep | 
     existing = snap.podgroup
     if existing is None:
         return _GangStep(PodGroupWrite("create", desired), pods_allowed=False)
-    if not owned_by(existing, tfjob.uid):
-        # An earlier job's of this name, which the garbage collector is removing: its
-        # deletion event brings the job back.
+    if not owned_by(existing, tfjob.uid) or existing.get("metadata", {}).get("deletionTimestamp"):
+        # An earlier job's of this name, which the garbage collector is removing, or
+        # ours going away (a suspend just undone): its deletion event brings the job
+        # back, to make it anew.
         return _GangStep(None, pods_allowed=False)
     patch = spec_patch(existing, desired, gang)
     write = PodGroupWrite("patch", patch) if patch is not None else None

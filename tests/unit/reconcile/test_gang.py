@@ -262,3 +262,11 @@ def test_a_template_naming_another_scheduler_keeps_it_with_a_warning() -> None:
     plan = compute_plan(snapshot(job, stored(job, PLUGINS)), PlanConfig(gang=PLUGINS))
     assert plan.create_pods[0]["spec"]["schedulerName"] == "mine"
     assert [e.reason for e in plan.events if e.type == "Warning"] == ["SetPodTemplateSchedulerName"]
+
+
+def test_a_podgroup_being_deleted_is_waited_out() -> None:
+    job = make_tfjob("g").worker(1).obj()
+    pg = stored(job, PLUGINS)
+    pg["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = compute_plan(snapshot(job, pg), PlanConfig(gang=PLUGINS))
+    assert plan.podgroup is None and plan.create_pods == []
