@@ -85,14 +85,17 @@ class Background(Generic[K]):
     def in_flight(self) -> int:
         return sum(b.pending for b in self._batches.values())
 
-    def spawn(self, key: K, work: Callable[[], Awaitable[None]]) -> None:
+    def spawn(self, key: K, work: Callable[[], Awaitable[None]], *, bounded: bool = True) -> None:
+        """Run ``work`` for ``key``; ``bounded=False`` does not wait for one of the
+        ``limit`` slots (for small work there is at most one of per key, which must not
+        queue behind a backlog of other work)."""
         if self._tg is None:
             raise RuntimeError("Background.spawn called while run() is not running")
         batch = self._batches.setdefault(key, _Batch())
         batch.pending += 1
         batch.work += 1
         self._work += 1
-        self._tg.start_soon(self._run_one, key, batch, work)
+        self._tg.start_soon(self._run_one, key, batch, work, bounded)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -111,10 +114,15 @@ class Background(Generic[K]):
             self._idle = anyio.Event()
             await self._idle.wait()
 
-    async def _run_one(self, key: K, batch: _Batch, work: Callable[[], Awaitable[None]]) -> None:
+    async def _run_one(
+        self, key: K, batch: _Batch, work: Callable[[], Awaitable[None]], bounded: bool
+    ) -> None:
         failed = False
         try:
-            async with self._limit:
+            if bounded:
+                async with self._limit:
+                    await work()
+            else:
                 await work()
         except Exception as exc:
             failed = True

@@ -241,7 +241,10 @@ class Spawner(Protocol):
     itself reports nothing else: it records what it must (events, expectations) and
     raises on failure. Never blocks and never raises."""
 
-    def spawn(self, key: str, work: Callable[[], Awaitable[None]]) -> None: ...
+    def spawn(self, key: str, work: Callable[[], Awaitable[None]], *, bounded: bool = True) -> None:
+        """``bounded=False``: not behind the limit on concurrent work (a job's one status
+        write must not queue behind thousands of creates)."""
+        ...
 
     def backlog(self, key: str | None = None) -> int:
         """Spawned work not finished yet: ``key``'s, or everyone's."""

@@ -189,8 +189,10 @@ class TFJobReconciler:
         # 7. Write status once, only if it changed (progress alone is paced).
         requeue_after = await self._write_status(key, view, plan, outcome)
         # 8. Events of this pass's transitions, only once the status that records them
-        #    is stored (a failed write retries the pass, which would repeat them).
-        self._announce(view, plan)
+        #    is stored (a failed write retries the pass, which would repeat them); a
+        #    write handed to the background announces them itself.
+        if not outcome.status_handed_off:
+            self._announce(view, plan)
         structlog.contextvars.bind_contextvars(
             created=outcome.created,
             creates_handed_off=outcome.handed_off,
@@ -201,6 +203,8 @@ class TFJobReconciler:
         if outcome.errors:
             # The first write error decides the retry; the rest were logged.
             raise outcome.errors[0]
+        if outcome.status_handed_off:
+            structlog.contextvars.bind_contextvars(status_handed_off=True)
         if outcome.deferred:
             structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
         if outcome.deferred and not outcome.handed_off:
@@ -266,10 +270,28 @@ class TFJobReconciler:
         if wait > 0:
             structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
             return wait if requeue_after is None else min(requeue_after, wait)
+        if outcome.handed_off:
+            # This pass handed creates off, so the job's next pass waits for them anyway:
+            # the status write joins them rather than hold a worker on the status
+            # budget. In a burst of new jobs, their first writes (Created) queue there
+            # for seconds, and workers waiting on them would leave other jobs' passes
+            # (a pod now running, a chief that succeeded) waiting too.
+            self.pacer.mark(key)
+            self.spawner.spawn(
+                key, lambda: self._write_and_announce(key, view, plan), bounded=False
+            )
+            outcome.status_handed_off = True
+            return requeue_after
         await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
         self.pacer.mark(key)
         outcome.status_written = True
         return requeue_after
+
+    async def _write_and_announce(self, key: str, view: JobView, plan: Plan) -> None:
+        if plan.status is None:
+            return
+        await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        self._announce(view, plan)
 
     def _announce(self, view: JobView, plan: Plan) -> None:
         for ev in plan.events:

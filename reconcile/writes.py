@@ -79,6 +79,8 @@ class Outcome:
     released: int = 0
     failed_writes: int = 0
     status_written: bool = False
+    #: the status write was handed to the background with the creates
+    status_handed_off: bool = False
     errors: list[BaseException] = field(default_factory=list)
 
 

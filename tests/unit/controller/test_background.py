@@ -150,6 +150,26 @@ async def test_work_runs_at_most_limit_at_once_and_wait_idle_waits_for_all() -> 
         tg.cancel_scope.cancel()
 
 
+async def test_unbounded_work_does_not_queue_behind_the_limit() -> None:
+    background, _ = make()  # limit 2
+    gate = anyio.Event()
+    ran: list[str] = []
+
+    async def quick() -> None:
+        ran.append("quick")
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for i in range(4):
+            background.spawn(f"k{i}", gated(gate))  # two run, two wait for a slot
+        background.spawn("k0", quick, bounded=False)
+        await settle()
+        assert ran == ["quick"] and background.backlog() == 4
+        gate.set()
+        await settle()
+        tg.cancel_scope.cancel()
+
+
 async def test_backlog_counts_spawned_work_until_it_finishes_failed_or_not() -> None:
     background, _ = make()  # at most 2 run at once; the rest wait, and count
     gate = anyio.Event()

@@ -108,6 +108,7 @@ async def test_pass_returns_before_its_creates_and_gates_the_next_one() -> None:
         await tg.start(w.background.run)
         with anyio.fail_after(1):
             await w.reconciler.reconcile(KEY)  # would hang if it waited for the creates
+        await anyio.wait_all_tasks_blocked()  # the status write went with the creates
         assert w.writer.statuses, "the status write does not wait for the creates"
         assert w.writer.created == []
         assert w.expectations.pending(pods_key(KEY))[0] == 3
@@ -300,8 +301,9 @@ async def test_the_create_backlog_is_bounded_and_queued_creates_never_expire() -
         await tg.start(w.background.run)
         structlog.contextvars.clear_contextvars()
         await w.reconciler.reconcile(KEY)
-        assert w.background.backlog(KEY) == MAX_JOB_BACKLOG == w.background.backlog()
         assert structlog.contextvars.get_contextvars()["creates_deferred"] == 1200 - 500
+        await anyio.wait_all_tasks_blocked()  # the status write, handed off with them
+        assert w.background.backlog(KEY) == MAX_JOB_BACKLOG == w.background.backlog()
         assert w.expectations.pending(services_key(KEY))[0] == 500
         w.clock.advance(3600)  # far past the expectations' TTL, creates still queued
         structlog.contextvars.clear_contextvars()
