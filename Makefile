@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv binaries cluster cluster-down run test unit lint crd bench fuzz lock chaos
+.PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -63,6 +63,10 @@ lock: venv
 
 bench: binaries
 	hack/bench $(BENCH_ARGS)
+
+# The same with the upstream TFJob controller beside ours (built and cached on first use).
+bench-upstream: binaries
+	hack/bench --compare upstream $(BENCH_ARGS)
 
 # The chaos suite at full size (tests/chaos: 50 TFJobs, 300 pod kills, 10 controller
 # SIGKILLs, apiserver and etcd restarts, watch faults, leader partitions), seeds 1 2 3

@@ -8,13 +8,20 @@
 # the wrapper module in hack/scheduler-plugins/) into a cache entry of its own, with
 # the module's PodGroup CRD beside it (<entry>/crds/), and prints
 # `scheduler-plugins=<entry>/bin/kube-scheduler-plugins` on the line before the bin dir.
+#
+# --upstream-operator also builds the upstream TFJob controller for the benchmark's
+# --compare upstream (kubeflow/training-operator's TFJob reconciler under the wrapper
+# main in hack/upstream-operator/) into a cache entry of its own, and prints
+# `upstream-operator=<entry>/bin/tfjob-upstream-operator` before the bin dir.
 set -euo pipefail
 
 WITH_SP=0
+WITH_UP=0
 for arg in "$@"; do
   case $arg in
     --scheduler-plugins) WITH_SP=1 ;;
-    *) echo "usage: $0 [--scheduler-plugins]" >&2; exit 2 ;;
+    --upstream-operator) WITH_UP=1 ;;
+    *) echo "usage: $0 [--scheduler-plugins] [--upstream-operator]" >&2; exit 2 ;;
   esac
 done
 
@@ -41,9 +48,16 @@ SP_DIR="$CACHE_ROOT/scheduler-plugins-${SP_VERSION}_k8s-${SP_K8S_VERSION}_${SP_H
 SP_BIN="$SP_DIR/bin/kube-scheduler-plugins"
 SP_CRD="$SP_DIR/crds/scheduling.x-k8s.io_podgroups.yaml"
 
-# What the caller reads: the scheduler-plugins binary if asked for, then the bin dir.
+# The upstream TFJob controller: keyed the same way (its version and the wrapper's hash).
+UP_SRC="$HERE/upstream-operator"
+UP_VERSION=$(sed -n 's|^[[:space:]]*github\.com/kubeflow/training-operator \(v[^[:space:]]*\).*|\1|p' "$UP_SRC/go.mod" | head -1)
+UP_HASH=$(cat "$UP_SRC/go.mod" "$UP_SRC/go.sum" "$UP_SRC/main.go" | sha256sum | cut -c1-12)
+UP_BIN="$CACHE_ROOT/training-operator-${UP_VERSION}_${UP_HASH}/bin/tfjob-upstream-operator"
+
+# What the caller reads: the extra binaries asked for, then the bin dir.
 emit() {
   if (( WITH_SP )); then echo "scheduler-plugins=$SP_BIN"; fi
+  if (( WITH_UP )); then echo "upstream-operator=$UP_BIN"; fi
   echo "$BIN"
 }
 
@@ -54,9 +68,11 @@ for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
 [[ -f "$STAGES/pod-ready.yaml" ]] || missing+=(kwok-stages)
 if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then missing+=(kube-scheduler-plugins); fi
 if (( WITH_SP )) && [[ ! -f "$SP_CRD" ]]; then missing+=(podgroup-crd); fi
+if (( WITH_UP )) && [[ ! -x "$UP_BIN" ]]; then missing+=(tfjob-upstream-operator); fi
 if [[ ${#missing[@]} -eq 0 ]]; then
   log "cached: $BIN"
   if (( WITH_SP )); then log "cached: $SP_BIN"; fi
+  if (( WITH_UP )); then log "cached: $UP_BIN"; fi
   emit
   exit 0
 fi
@@ -227,6 +243,19 @@ if (( WITH_SP )) && [[ ! -f "$SP_CRD" ]]; then
   cp "$spmod/manifests/coscheduling/crd.yaml" "$SP_CRD"
   chmod 0644 "$SP_CRD"
   log "PodGroup CRD copied to $SP_CRD"
+fi
+
+# --- the upstream TFJob controller (benchmark comparison) ---------------------
+# kubeflow/training-operator's TFJob reconciler under our wrapper main; its go.mod pins
+# what training-operator's own go.mod pins (k8s 0.31, controller-runtime 0.19).
+if (( WITH_UP )) && [[ ! -x "$UP_BIN" ]]; then
+  mkdir -p "$(dirname "$UP_BIN")"
+  cd "$UP_SRC"
+  log "training-operator $UP_VERSION (TFJob controller only): downloading modules"
+  go mod download
+  with_heartbeat "tfjob-upstream-operator" \
+    go build -trimpath -pgo=off -ldflags "-s -w" -o "$UP_BIN.tmp" .
+  mv "$UP_BIN.tmp" "$UP_BIN"
 fi
 
 log "all binaries in $BIN ($(( $(date +%s) - start_all ))s)"

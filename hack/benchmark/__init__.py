@@ -1,7 +1,7 @@
 """Benchmark: the controller side by side with the floor, on one local apiserver.
 
     hack/bench [--jobs 200] [--replicas 8] [--qps unlimited,20/30] [--profile]
-               [--keep-cluster] [--out bench-out]
+               [--compare upstream] [--keep-cluster] [--out bench-out]
 
 For every QPS mode, two phases run one after the other on the same local control plane
 (its own cluster directory, default <repo>/.cluster-bench, started with an audit log):
@@ -14,6 +14,11 @@ For every QPS mode, two phases run one after the other on the same local control
    controller's connection pool, a token bucket at the same QPS) submits the same
    TFJobs and POSTs exactly the pod and service bodies the controller would (computed
    by the controller's own planner) into a fresh namespace. No controller runs.
+
+With --compare upstream, the upstream TFJob controller (kubeflow/training-operator's
+reconciler under the wrapper main in hack/upstream-operator/, user agent
+"tfjob-upstream") runs phase 1 too, with --controller-threads and with its default of
+one thread, between ours and the floor (upstream.py).
 
 Figures come from the apiserver's audit log (server-side timestamps, user agents
 "tfjob-controller" and "tfjob-bench-floor"), the harness's watch events (status

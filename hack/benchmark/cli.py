@@ -1,5 +1,5 @@
-"""The command line: flags, one controller phase and one floor phase per QPS mode, and
-the files written to --out."""
+"""The command line: flags, the controller phases (ours; with --compare upstream also the
+upstream controller's) and one floor phase per QPS mode, and the files written to --out."""
 
 from __future__ import annotations
 
@@ -13,24 +13,26 @@ from hack.benchmark import __doc__ as package_doc
 from hack.benchmark.common import REPO, parse_modes, say
 from hack.benchmark.environment import Env, cluster_down, cluster_up
 from hack.benchmark.floor import run_floor
-from hack.benchmark.harness import run_ours
+from hack.benchmark.harness import ControllerPhase, ours_phase, run_controller
 from hack.benchmark.report import fmt, plot, render_profile, report
-from hack.benchmark.results import PhaseResult
+from hack.benchmark.results import ModeRun
+from hack.benchmark.upstream import build_upstream, upstream_name, upstream_phases
 
 
 async def bench(
-    args: argparse.Namespace, env: Env, out: Path
-) -> list[tuple[PhaseResult, PhaseResult]]:
+    args: argparse.Namespace, env: Env, out: Path, others: list[ControllerPhase]
+) -> list[ModeRun]:
     runs = []
     for i, mode in enumerate(args.qps):
-        ours = await run_ours(env, args, mode, out, profile=args.profile and i == 0)
+        phases = [ours_phase(args.controller_threads, args.profile and i == 0), *others]
+        controllers = [await run_controller(env, args, mode, out, phase) for phase in phases]
         # The last namespace goes with the cluster, unless the cluster stays.
         last = i == len(args.qps) - 1
         floor = await run_floor(env, args, mode, cleanup=args.keep_cluster or not last)
-        runs.append((ours, floor))
+        runs.append(ModeRun(controllers, floor))
         say(
-            f"mode {mode.label}: ours {fmt(ours.creation_s, '.2f')}s, "
-            f"floor {fmt(floor.creation_s, '.2f')}s"
+            f"mode {mode.label}: "
+            + ", ".join(f"{r.name} {fmt(r.creation_s, '.2f')}s" for r in [*controllers, floor])
         )
     return runs
 
@@ -67,6 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--profile", action="store_true", help="run the first controller phase under pyinstrument"
     )
+    p.add_argument(
+        "--compare",
+        action="append",
+        choices=["upstream"],
+        default=[],
+        help="also run the upstream TFJob controller (kubeflow/training-operator, built by "
+        "hack/build-binaries.sh --upstream-operator) with --controller-threads and with its "
+        "default 1, per QPS mode",
+    )
     p.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster up")
     p.add_argument("--out", default=str(REPO / "bench-out"))
     args = p.parse_args(argv)
@@ -75,9 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / ".cluster-bench"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    others: list[ControllerPhase] = []
+    if "upstream" in args.compare:
+        others += upstream_phases(build_upstream(), args.controller_threads)
+        args.upstream_name = upstream_name()
     env = cluster_up(args, args.jobs * args.replicas)
     try:
-        runs = asyncio.run(bench(args, env, out))
+        runs = asyncio.run(bench(args, env, out, others))
     except KeyboardInterrupt:
         say("interrupted")
         return 130
@@ -89,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         render_profile(out)
     table = report(args, runs)
     (out / "results.md").write_text(table)
-    raw = [{phase.name: phase.figures() for phase in pair} for pair in runs]
+    raw = [{phase.name: phase.figures() for phase in [*run.controllers, run.floor]} for run in runs]
     (out / "results.json").write_text(
         json.dumps({"jobs": args.jobs, "replicas": args.replicas, "runs": raw}, indent=2)
     )

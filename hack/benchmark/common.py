@@ -22,6 +22,10 @@ FLOOR_UA = "tfjob-bench-floor"
 HARNESS_UA = "tfjob-bench"
 
 
+#: The upstream TFJob controller's requests (hack/upstream-operator, --compare upstream).
+UPSTREAM_UA = "tfjob-upstream"
+
+
 OPERATOR_SELECTOR = "training.kubeflow.org/operator-name=tfjob-controller"
 
 

@@ -1,5 +1,6 @@
-"""Phase 1, ours: tfjob-controller runs as a process while the harness submits the
-jobs, finishes each chief once all its pods run, and times status from watches."""
+"""Phase 1, ours (and with --compare upstream, the upstream controller's phases): the
+controller runs as a process while the harness submits the jobs, finishes each chief
+once all its pods run, and times status from watches."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import asyncio
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,27 @@ from hack.benchmark.environment import (
 from hack.benchmark.results import PhaseResult
 from hack.benchmark.sampling import ControllerProc
 from hack.benchmark.workload import job_names, tfjob_body
+
+
+@dataclass(frozen=True)
+class ControllerPhase:
+    """One controller phase: which controller, how it starts, whose requests count."""
+
+    name: str  # results.json key, log prefix and namespace part: "ours", "upstream-4t"
+    title: str  # the report's column: "ours", "upstream, 4 threads"
+    ua: str  # the user agent its requests carry in the audit log
+    start: Callable[[Env, Mode, Path], ControllerProc]
+    profiled: bool = False
+
+
+def ours_phase(threads: int, profile: bool) -> ControllerPhase:
+    return ControllerPhase(
+        "ours",
+        "ours",
+        CONTROLLER_UA,
+        lambda env, mode, out: ControllerProc.ours(env, mode, out, profile, threads),
+        profile,
+    )
 
 
 class Tracker:
@@ -112,10 +136,12 @@ class Tracker:
         return running, succeeded
 
 
-async def run_ours(
-    env: Env, args: argparse.Namespace, mode: Mode, out: Path, profile: bool
+async def run_controller(
+    env: Env, args: argparse.Namespace, mode: Mode, out: Path, phase: ControllerPhase
 ) -> PhaseResult:
-    ns = f"bench-ours-{mode.slug}-{uuid.uuid4().hex[:5]}"
+    ns = f"bench-{phase.name}-{mode.slug}-{uuid.uuid4().hex[:5]}"
+    tag = f"[{phase.name} {mode.label}]"
+    profile = phase.profiled
     n, m = args.jobs, args.replicas
     harness = Http(env.base, env.ctx, HARNESS_UA, 100)
     watcher = Http(env.base, env.ctx, HARNESS_UA + "-watch", 0)
@@ -177,11 +203,11 @@ async def run_ours(
             await asyncio.sleep(0.1)
 
         offset = audit_offset(env)
-        ctl = ControllerProc(env, mode, out, profile, args.controller_threads)
+        ctl = phase.start(env, mode, out)
         await ctl.wait_ready()
         ctl.sample()
         say(
-            f"[ours {mode.label}] controller ready (pid {ctl.proc.pid}"
+            f"{tag} controller ready (pid {ctl.proc.pid}"
             f"{', under pyinstrument' if profile else ''}); submitting {n} TFJobs x {m} "
             f"replicas into {ns}"
         )
@@ -200,7 +226,7 @@ async def run_ours(
 
         t0 = time.monotonic()
         await asyncio.gather(*(submit(j) for j in job_names(n)))
-        say(f"[ours {mode.label}] {n} TFJobs submitted in {time.monotonic() - t0:.1f}s")
+        say(f"{tag} {n} TFJobs submitted in {time.monotonic() - t0:.1f}s")
         last = 0.0
         deadline = t0 + args.timeout
         t_created: float | None = None
@@ -214,7 +240,7 @@ async def run_ours(
             if now - last >= args.progress or done >= n:
                 last = now
                 say(
-                    f"[ours {mode.label}] t={now - t0:5.1f}s pods {len(tr.pods_added)}/{n * m}"
+                    f"{tag} t={now - t0:5.1f}s pods {len(tr.pods_added)}/{n * m}"
                     f" services {len(tr.services_added)}/{n * m}"
                     f" running {len(tr.seen_running)} finishing {len(tr.finished_jobs)}"
                     f" succeeded {done}/{n} | controller cpu {ctl.cpu:.1f}s"
@@ -223,13 +249,10 @@ async def run_ours(
             if done >= n:
                 break
             if now > deadline:
-                say(f"[ours {mode.label}] TIMEOUT after {args.timeout:.0f}s")
+                say(f"{tag} TIMEOUT after {args.timeout:.0f}s")
                 break
             if ctl.proc.poll() is not None:
-                say(
-                    f"[ours {mode.label}] controller exited ({ctl.proc.returncode}); "
-                    f"see {ctl.log_path}"
-                )
+                say(f"{tag} controller exited ({ctl.proc.returncode}); see {ctl.log_path}")
                 break
             await asyncio.sleep(0.25)
         wall = time.monotonic() - t0
@@ -240,21 +263,21 @@ async def run_ours(
         # The pods are deleted (as pod GC or the namespace's deletion would) while the
         # controller runs: each goes once the controller has taken its tracking
         # finalizer off, one patch a pod, counted with the rest of its requests.
-        say(f"[ours {mode.label}] deleting the {n * m} pods; the controller lets them go")
+        say(f"{tag} deleting the {n * m} pods; the controller lets them go")
         await delete_children(harness, ns, ("pods",))
         released_s = await wait_no_pods(harness, ns, args.timeout)
         gone = "never" if released_s is None else f"after {released_s:.1f}s"
-        say(f"[ours {mode.label}] pods gone {gone}")
+        say(f"{tag} pods gone {gone}")
         ctl.stop()
         say(
-            f"[ours {mode.label}] controller stopped: cpu {ctl.cpu:.1f}s, "
+            f"{tag} controller stopped: cpu {ctl.cpu:.1f}s, "
             f"peak rss {ctl.peak_rss / 2**20:.0f}MB; reading the audit log"
         )
         events = await audit_read(env, harness, offset)
-        reqs = summarize_audit(events, CONTROLLER_UA, ns)
+        reqs = summarize_audit(events, phase.ua, ns)
         running_lat, succeeded_lat = tr.latencies()
         return PhaseResult.measured(
-            "ours",
+            phase.name,
             mode.label,
             ns,
             reqs,
@@ -267,6 +290,7 @@ async def run_ours(
             peak_rss=ctl.peak_rss,
             profiled=profile,
             released_s=released_s,
+            title=phase.title,
         )
     finally:
         if ctl is not None:

@@ -18,7 +18,7 @@ from hack.benchmark.audit import (
     workload_writes,
 )
 from hack.benchmark.common import REPO, pct, say
-from hack.benchmark.results import PhaseResult
+from hack.benchmark.results import ModeRun, PhaseResult
 
 
 def fmt(v: float | None, spec: str = ".1f", unit: str = "") -> str:
@@ -29,15 +29,27 @@ def ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 1000:.0f}"
 
 
-def report(args: argparse.Namespace, runs: list[tuple[PhaseResult, PhaseResult]]) -> str:
+def report(args: argparse.Namespace, runs: list[ModeRun]) -> str:
+    """One column per controller phase (one per QPS mode unless --compare), each with
+    its mode's floor."""
     n, m = args.jobs, args.replicas
     minimum = 2 * n * m + 3 * n
-    head = "| | " + " | ".join(f"QPS {o.mode}" for o, _ in runs) + " |"
-    sep = "|---|" + "---|" * len(runs)
+    compare = bool(args.compare)
+    cols = [(c, run.floor) for run in runs for c in run.controllers]
+
+    def title(o: PhaseResult) -> str:
+        return f"QPS {o.mode}, {o.title}" if compare else f"QPS {o.mode}"
+
+    head = "| | " + " | ".join(title(o) for o, _ in cols) + " |"
+    sep = "|---|" + "---|" * len(cols)
     rows: list[tuple[str, list[str]]] = []
 
     def row(label: str, f: Any) -> None:
-        rows.append((label, [f(o, fl) for o, fl in runs]))
+        if compare:  # the columns are no longer all ours
+            label = label.replace(", ours (s)", " (s)").replace(
+                "ours / floor", "controller / floor"
+            )
+        rows.append((label, [f(o, fl) for o, fl in cols]))
 
     row(
         "(a) submit → all pods+services created, ours (s)",
@@ -116,8 +128,9 @@ def report(args: argparse.Namespace, runs: list[tuple[PhaseResult, PhaseResult]]
         f"1-min load average at phase end, ours / floor ({os.cpu_count()} CPUs)",
         lambda o, f: f"{o.load:.1f} / {f.load:.1f}",
     )
+    versus = f"upstream ({args.upstream_name}) vs floor" if compare else "floor"
     lines = [
-        f"### tfjob-controller vs floor: {n} TFJobs x {m} replicas "
+        f"### tfjob-controller vs {versus}: {n} TFJobs x {m} replicas "
         f"({n * m} pods, {n * m} services), {args.controller_threads} controller threads, "
         f"floor concurrency {args.floor_concurrency}",
         "",
@@ -128,30 +141,33 @@ def report(args: argparse.Namespace, runs: list[tuple[PhaseResult, PhaseResult]]
         "Requests by verb and resource (controller, from the audit log):",
         "",
     ]
-    for o, _f in runs:
+    for o, _f in cols:
         detail = ", ".join(
             f"{v} {r} {c}: {k}" for (v, r, c), k in sorted(o.requests.by_verb.items())
         )
-        lines.append(f"- QPS {o.mode}: {detail}")
+        lines.append(f"- {title(o)}: {detail}")
     return "\n".join(lines) + "\n"
 
 
-def plot(path: Path, runs: list[tuple[PhaseResult, PhaseResult]]) -> None:
+def plot(path: Path, runs: list[ModeRun]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.2), squeeze=False)
-    for ax, (ours, floor) in zip(axes[0], runs, strict=True):
-        for res, style in ((ours, "-"), (floor, "--")):
+    for ax, run in zip(axes[0], runs, strict=True):
+        others = run.controllers[1:]
+        series = [(run.controllers[0], "-", "tfjob-controller")]
+        series += [(o, ("-.", ":")[i % 2], o.title) for i, o in enumerate(others)]
+        series.append((run.floor, "--", "floor (bare client)"))
+        for res, style, label in series:
             if res.requests.first_submit is None or not res.requests.creates_t:
                 continue
             xs = [t - res.requests.first_submit for t in res.requests.creates_t]
             ys = list(range(1, len(xs) + 1))
-            label = "tfjob-controller" if res.name == "ours" else "floor (bare client)"
             ax.plot([0.0, *xs], [0, *ys], style, label=label)
-        ax.set_title(f"QPS {ours.mode}")
+        ax.set_title(f"QPS {run.floor.mode}")
         ax.set_xlabel("seconds since first TFJob submitted")
         ax.set_ylabel("pods + services created")
         ax.grid(alpha=0.3)

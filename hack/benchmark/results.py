@@ -30,6 +30,8 @@ class PhaseResult:
     released_s: float | None = None
     #: 1-minute load average at the end of the phase (the machine may be shared)
     load: float = field(default_factory=lambda: os.getloadavg()[0])
+    #: the report's column for a controller phase ("ours", "upstream, 4 threads")
+    title: str = ""
 
     @classmethod
     def measured(
@@ -67,3 +69,11 @@ class PhaseResult:
                 f"{v} {r} {c}": k for (v, r, c), k in sorted(self.requests.by_verb.items())
             },
         }
+
+
+@dataclass
+class ModeRun:
+    """One QPS mode's phases: the controllers' (ours first) and the floor's."""
+
+    controllers: list[PhaseResult]
+    floor: PhaseResult

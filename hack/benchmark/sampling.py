@@ -1,5 +1,5 @@
-"""The controller as a child process: started with the mode's QPS, sampled for CPU and
-RSS with psutil, optionally under pyinstrument."""
+"""A controller as a child process, sampled for CPU and RSS with psutil: ours with the
+mode's QPS, optionally under pyinstrument, or the upstream binary (--compare upstream)."""
 
 from __future__ import annotations
 
@@ -15,41 +15,29 @@ import aiohttp
 import psutil
 
 import hack.cluster as cluster_mod
-from hack.benchmark.common import REPO, Mode
+from hack.benchmark.common import REPO, UPSTREAM_UA, Mode
 from hack.benchmark.environment import Env
 
 
+def client_flags(env: Env, mode: Mode, threads: int, health: int) -> list[str]:
+    """The flags both controllers share: the cluster, the mode's QPS, threads, ports."""
+    return [
+        f"--kubeconfig={env.kubeconfig}",
+        f"--kube-api-qps={mode.qps:g}",
+        f"--kube-api-burst={mode.burst}",
+        f"--controller-threads={threads}",
+        f"--metrics-bind-address=127.0.0.1:{cluster_mod.free_port()}",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+    ]
+
+
 class ControllerProc:
-    def __init__(self, env: Env, mode: Mode, out: Path, profile: bool, threads: int) -> None:
-        self.health = cluster_mod.free_port()
-        self.log_path = out / f"controller-{mode.slug}.log"
-        self.profile_session = out / "profile.pyisession" if profile else None
-        flags = [
-            f"--kubeconfig={env.kubeconfig}",
-            f"--kube-api-qps={mode.qps:g}",
-            f"--kube-api-burst={mode.burst}",
-            f"--controller-threads={threads}",
-            "--log-format=json",
-            f"--metrics-bind-address=127.0.0.1:{cluster_mod.free_port()}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health}",
-        ]
-        py = REPO / ".venv" / "bin" / "python"
-        python = str(py) if py.exists() else sys.executable
-        if self.profile_session:
-            argv = [
-                python,
-                "-m",
-                "pyinstrument",
-                "-r",
-                "pyisession",
-                "-o",
-                str(self.profile_session),
-                "-m",
-                "tfjob_controller.app",
-                *flags,
-            ]
-        else:
-            argv = [python, "-m", "tfjob_controller.app", *flags]
+    def __init__(
+        self, argv: list[str], health: int, log_path: Path, profile_session: Path | None = None
+    ) -> None:
+        self.health = health
+        self.log_path = log_path
+        self.profile_session = profile_session
         logf = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             argv,
@@ -63,6 +51,44 @@ class ControllerProc:
         self.peak_rss = 0
         self.rss_samples: list[tuple[float, int]] = []
         self.cpu = 0.0
+
+    @classmethod
+    def ours(cls, env: Env, mode: Mode, out: Path, profile: bool, threads: int) -> ControllerProc:
+        health = cluster_mod.free_port()
+        flags = [*client_flags(env, mode, threads, health), "--log-format=json"]
+        py = REPO / ".venv" / "bin" / "python"
+        python = str(py) if py.exists() else sys.executable
+        session = out / "profile.pyisession" if profile else None
+        if session:
+            argv = [
+                python,
+                "-m",
+                "pyinstrument",
+                "-r",
+                "pyisession",
+                "-o",
+                str(session),
+                "-m",
+                "tfjob_controller.app",
+                *flags,
+            ]
+        else:
+            argv = [python, "-m", "tfjob_controller.app", *flags]
+        return cls(argv, health, out / f"controller-{mode.slug}.log", session)
+
+    @classmethod
+    def upstream(
+        cls, binary: Path, env: Env, mode: Mode, out: Path, threads: int
+    ) -> ControllerProc:
+        """The upstream TFJob controller (hack/upstream-operator/); its requests carry
+        UPSTREAM_UA, and a QPS <= 0 lifts its client-side limit as ours does."""
+        health = cluster_mod.free_port()
+        argv = [
+            str(binary),
+            *client_flags(env, mode, threads, health),
+            f"--user-agent={UPSTREAM_UA}",
+        ]
+        return cls(argv, health, out / f"upstream-{threads}t-{mode.slug}.log")
 
     def sample(self) -> None:
         try:
