@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from controller import errors
 from controller.api import KubeApi
-from controller.ratelimit import PRIORITY_HIGH
+from controller.ratelimit import PRIORITY_HIGH, PRIORITY_NORMAL
 from controller.types import JSON, ListPage, PageLister
 
 
@@ -166,11 +166,16 @@ class ResourceClient:
     async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
         return await self.api.request("PUT", self.path(namespace, name), body=body)
 
-    async def replace_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
-        # High priority: status is what users and the next reconcile wait on; it must
-        # not queue for the client-side rate limit behind a backlog of creates.
+    async def replace_status(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, urgent: bool = True
+    ) -> JSON:
+        # Urgent (high priority) by default: status is what users and the next reconcile
+        # wait on, and must not queue for the client-side rate limit behind other work.
         return await self.api.request(
-            "PUT", self.path(namespace, name, "status"), body=body, priority=PRIORITY_HIGH
+            "PUT",
+            self.path(namespace, name, "status"),
+            body=body,
+            priority=PRIORITY_HIGH if urgent else PRIORITY_NORMAL,
         )
 
     async def patch(

@@ -118,9 +118,12 @@ class ObjectWriter(ObjectCreator, ObjectPatcher, Protocol):
         never deleted by mistake) and propagationPolicy."""
         ...
 
-    async def replace_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+    async def replace_status(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, urgent: bool = True
+    ) -> JSON:
         """PUT the status subresource; body carries metadata.resourceVersion, so a
-        stale write fails with Conflict (optimistic concurrency)."""
+        stale write fails with Conflict (optimistic concurrency). ``urgent=False`` lets
+        urgent writes waiting for the client-side rate limit go first."""
         ...
 
 

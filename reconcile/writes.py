@@ -391,7 +391,11 @@ async def write_status(
 ) -> None:
     body = copy.copy(job.raw)
     body["status"] = dict(status)
-    written = await jobs.replace_status(job.namespace, job.name, body)
+    # A job's first status (it says Created) is not urgent: in a burst of new jobs those
+    # queue on the status budget for seconds, and the writes that report pods running
+    # or a job finished go ahead of them.
+    urgent = bool(job.status.conditions)
+    written = await jobs.replace_status(job.namespace, job.name, body, urgent=urgent)
     rv = (written.get("metadata") or {}).get("resourceVersion")
     if rv:
         expectations.expect_resource_version(key, str(rv))

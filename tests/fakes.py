@@ -50,6 +50,7 @@ class RecordingWriter:
             500, "InternalError", "boom"
         )
         self.statuses: list[dict[str, Any]] = []
+        self.urgent: list[bool] = []  # replace_status urgency, per write
         #: what ``get`` finds, by name (a create whose answer was lost)
         self.stored: dict[str, JSON] = {}
         self.patched: list[tuple[str, Mapping[str, Any]]] = []
@@ -73,8 +74,11 @@ class RecordingWriter:
     async def delete(self, namespace: str, name: str, **kw: Any) -> None:
         self.deleted.append(name)
 
-    async def replace_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+    async def replace_status(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, urgent: bool = True
+    ) -> JSON:
         self.statuses.append(dict(body["status"]))
+        self.urgent.append(urgent)
         return {"metadata": {"resourceVersion": str(100 + len(self.statuses))}}
 
     async def patch(self, namespace: str, name: str, body: Mapping[str, Any], **kw: Any) -> JSON:

@@ -190,6 +190,8 @@ async def test_progress_only_status_is_paced() -> None:
         await ctrl.process(KEY)
         assert len(w.writer.statuses) == 4
         assert any(c["type"] == "Succeeded" for c in w.writer.statuses[-1]["conditions"])
+        # only the first write (Created) lets urgent ones go ahead of it on the budget
+        assert w.writer.urgent == [False, True, True, True]
         tg.cancel_scope.cancel()
 
 
