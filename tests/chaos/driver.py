@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,7 @@ class Run:
 
         t0 = time.monotonic()
         self._spawn(self._progress(t0, pod_faults, actions, supervisor))
+        self._spawn(self._kubelet_nudges(api, history))
         self._spawn(self._create_jobs(api))
         faults = self._spawn(
             asyncio.gather(
@@ -181,6 +183,37 @@ class Run:
         for p in proxies:
             await p.stop()
         return report
+
+    async def _kubelet_nudges(self, api: Api, history: History) -> None:
+        """kwok plays the kubelet, and gives up on a pod when the apiserver refuses the
+        status patch that makes it Running (a 500 while etcd restarts): the pod stays
+        bound and Pending forever, where a kubelet would retry. Any change to the pod
+        makes kwok look again, so a pod bound and Pending for NUDGE_AFTER gets an
+        annotation touched: the kubelet's retry, not the controller's business."""
+        nudged: dict[str, float] = {}
+        while True:
+            await asyncio.sleep(5)
+            now = time.time()
+            for pod in list(history.pods.store.values()):
+                meta, status = pod["metadata"], pod.get("status") or {}
+                uid = meta.get("uid", "")
+                if (
+                    not pod.get("spec", {}).get("nodeName")
+                    or status.get("phase") != "Pending"
+                    or meta.get("deletionTimestamp")
+                    or now - _epoch(meta.get("creationTimestamp")) < NUDGE_AFTER
+                    or now - nudged.get(uid, 0.0) < NUDGE_AFTER
+                ):
+                    continue
+                nudged[uid] = now
+                say(f"kubelet stand-in: {meta['name']} bound and Pending, kwok nudged")
+                try:
+                    await api.patch(
+                        f"/api/v1/namespaces/{NS}/pods/{meta['name']}",
+                        {"metadata": {"annotations": {"kwok.test/nudge": str(now)}}},
+                    )
+                except Exception as e:  # the apiserver restarting: next round
+                    say(f"kubelet stand-in: nudge failed: {type(e).__name__}")
 
     async def _create_jobs(self, api: Api) -> None:
         sem = asyncio.Semaphore(10)
@@ -319,6 +352,17 @@ class Run:
         self.violations.add(
             "orphans", f"{left[0]} pods and {left[1]} services left 180s after the jobs' deletion"
         )
+
+
+#: How long a pod may stay bound and Pending before the kubelet stand-in nudges kwok.
+NUDGE_AFTER = 20.0
+
+
+def _epoch(timestamp: str | None) -> float:
+    if not timestamp:
+        return time.time()
+    parsed = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return parsed.timestamp()
 
 
 async def run(plan: Plan, out: Path, keep_cluster: bool, quick_resume: bool = False) -> Report:
