@@ -242,6 +242,14 @@ def owned_by(podgroup: Mapping[str, Any], uid: str) -> bool:
     return ref is not None and ref.get("uid") == uid
 
 
+#: The spec fields the controller sets, per kind: a stored one it no longer asks for is
+#: removed; any other (set by the scheduler or a user) is left alone.
+_MANAGED = {
+    GangKind.VOLCANO: {"minMember", "minResources", "queue", "priorityClassName"},
+    GangKind.SCHEDULER_PLUGINS: {"minMember", "minResources", "scheduleTimeoutSeconds"},
+}
+
+
 def spec_patch(existing: Mapping[str, Any], desired: Mapping[str, Any], gang: Gang) -> JSON | None:
     """The merge patch that brings the stored spec to the desired one, compared by
     value; None when they agree. Volcano's queue is never changed once set (it is
@@ -257,12 +265,6 @@ def spec_patch(existing: Mapping[str, Any], desired: Mapping[str, Any], gang: Ga
         if not same:
             patch[key] = new
     return {"spec": patch} if patch else None
-
-
-_MANAGED = {
-    GangKind.VOLCANO: {"minMember", "minResources", "queue", "priorityClassName"},
-    GangKind.SCHEDULER_PLUGINS: {"minMember", "minResources", "scheduleTimeoutSeconds"},
-}
 
 
 def phase_of(podgroup: Mapping[str, Any]) -> str:

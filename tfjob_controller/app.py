@@ -228,45 +228,26 @@ async def run(args: argparse.Namespace) -> int:
         jobs_client = ResourceClient(budgets.jobs, TFJOBS)
         pods_client = ResourceClient(api, PODS)
         services_client = ResourceClient(api, SERVICES)
-        common: dict[str, Any] = {"namespace": args.namespace, "clock": clock}
-        job_informer = Informer(
-            ResourceClient(budgets.watches, TFJOBS),
-            name="tfjobs",
-            transform=JOB_TRANSFORM,
-            **common,
-        )
-        pod_informer = Informer(
-            ResourceClient(budgets.watches, PODS),
-            name="pods",
-            label_selector=selector,
-            indexers=CHILD_INDEXERS,
-            transform=POD_TRANSFORM,
-            **common,
-        )
-        service_informer = Informer(
-            ResourceClient(budgets.watches, SERVICES),
-            name="services",
-            label_selector=selector,
-            indexers=CHILD_INDEXERS,
-            transform=SERVICE_TRANSFORM,
-            **common,
-        )
+
+        def watched(resource: Resource, name: str, **kw: Any) -> Informer:
+            """An informer of ``resource`` on the watches budget, for --namespace unless
+            told otherwise."""
+            options: dict[str, Any] = {"namespace": args.namespace, "clock": clock, **kw}
+            return Informer(ResourceClient(budgets.watches, resource), name=name, **options)
+
+        job_informer = watched(TFJOBS, "tfjobs", transform=JOB_TRANSFORM)
+        children: dict[str, Any] = {"label_selector": selector, "indexers": CHILD_INDEXERS}
+        pod_informer = watched(PODS, "pods", transform=POD_TRANSFORM, **children)
+        service_informer = watched(SERVICES, "services", transform=SERVICE_TRANSFORM, **children)
         informers = [job_informer, pod_informer, service_informer]
         podgroups_client = podgroup_informer = priority_informer = None
         if gang is not None:
             podgroups_client = ResourceClient(budgets.podgroups, podgroups_resource(gang))
-            podgroup_informer = Informer(
-                ResourceClient(budgets.watches, podgroups_resource(gang)),
-                name="podgroups",
-                transform=strip_managed_fields,
-                **common,
+            podgroup_informer = watched(
+                podgroups_resource(gang), "podgroups", transform=strip_managed_fields
             )
-            priority_informer = Informer(
-                ResourceClient(budgets.watches, PRIORITY_CLASSES),
-                name="priorityclasses",
-                transform=strip_managed_fields,
-                namespace=None,
-                clock=clock,
+            priority_informer = watched(  # cluster-scoped
+                PRIORITY_CLASSES, "priorityclasses", transform=strip_managed_fields, namespace=None
             )
             informers += [podgroup_informer, priority_informer]
         expectations = ControllerExpectations(clock)
