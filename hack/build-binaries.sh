@@ -65,6 +65,14 @@ STAGES="$CACHE_ROOT/$KEY/stages"
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 missing=()
 for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
+# kwok is built patched (hack/kwok-uid-preconditions.patch); a kwok built without this
+# patch, or with another version of it, is built again.
+KWOK_PATCH="$HERE/kwok-uid-preconditions.patch"
+KWOK_PATCH_HASH=$(sha256sum "$KWOK_PATCH" | cut -c1-12)
+if [[ -x "$BIN/kwok" && "$(cat "$BIN/kwok.patch" 2>/dev/null)" != "$KWOK_PATCH_HASH" ]]; then
+  rm -f "$BIN/kwok"
+  missing+=(kwok)
+fi
 [[ -f "$STAGES/pod-ready.yaml" ]] || missing+=(kwok-stages)
 if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then missing+=(kube-scheduler-plugins); fi
 if (( WITH_SP )) && [[ ! -f "$SP_CRD" ]]; then missing+=(podgroup-crd); fi
@@ -161,10 +169,17 @@ package tools
 import _ "sigs.k8s.io/kwok/cmd/kwok"
 GO
   log "kwok $KWOK_VERSION: resolving modules"
+  go mod edit -dropreplace=sigs.k8s.io/kwok
   go get "sigs.k8s.io/kwok@$KWOK_VERSION" >&2
+  # Its source, patched (see the patch's header), replaces the module.
+  kdir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p')
+  rm -rf kwok-src; cp -r "$kdir" kwok-src; chmod -R u+w kwok-src
+  (cd kwok-src && git apply "$KWOK_PATCH")
+  go mod edit -replace=sigs.k8s.io/kwok=./kwok-src
   go mod tidy >&2
   with_heartbeat "kwok" go build -trimpath -ldflags "-s -w" -o "$BIN/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok
   mv "$BIN/kwok.tmp" "$BIN/kwok"
+  echo "$KWOK_PATCH_HASH" > "$BIN/kwok.patch"
 fi
 
 # --- kwok's own fast stages, kept beside the binaries ------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -291,3 +292,77 @@ def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
     listening = cluster_mod.listening_ports()
     assert not set(state["ports"].values()) & listening, "a port of ours still listens"
     assert not (tmp_path / "c").exists()
+
+
+async def test_kwok_never_acts_on_a_same_named_successor(
+    cluster: Cluster, api: client.ApiClient, namespace: str
+) -> None:
+    """kwok plays the kubelet, and a kubelet's final delete and status patches carry the
+    pod's UID: a pod made under the same name since is never touched by what was meant
+    for the old one (hack/kwok-uid-preconditions.patch). kwok is paused while the old
+    pod is deleted and its successor made, so it sees the old pod's deletion only after
+    the successor exists; unpatched it deleted the successor by name."""
+    ns, name = namespace, "same-name"
+    base = f"/api/v1/namespaces/{ns}/pods"
+    kwok_pid = int(orjson.loads((cluster.dir / "state.json").read_bytes())["pids"]["kwok"])
+    log_path = cluster.dir / "logs" / "kwok.log"
+    refused = f"failed to delete pod {name}: Operation cannot be fulfilled"
+    attempts = 5
+    for _ in range(attempts):
+        log_start = log_path.stat().st_size
+        await raw(api, "POST", base, pod(name, finalizers=["kwok.test/hold"]))
+        await wait_for_pod(api, ns, name, lambda p: p["status"].get("phase") == "Running")
+        await api.call_api(
+            f"{base}/{name}",
+            "PATCH",
+            body={"metadata": {"annotations": {"kwok.test/exit-code": "1"}}},
+            header_params={"Content-Type": "application/merge-patch+json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+        await wait_for_pod(api, ns, name, lambda p: p["status"].get("phase") == "Failed")
+        os.kill(kwok_pid, signal.SIGSTOP)
+        try:
+            # Ended, so the delete is immediate (grace 0); the finalizer holds the pod
+            # until it is taken off, then the successor is made at once.
+            await raw(api, "DELETE", f"{base}/{name}")
+            await api.call_api(
+                f"{base}/{name}",
+                "PATCH",
+                body=[{"op": "remove", "path": "/metadata/finalizers"}],
+                header_params={"Content-Type": "application/json-patch+json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+            )
+            successor = await raw(api, "POST", base, pod(name))
+            assert successor.get("kind") == "Pod", successor
+        finally:
+            os.kill(kwok_pid, signal.SIGCONT)
+        uid = successor["metadata"]["uid"]
+        running = await wait_for_pod(api, ns, name, lambda p: p["status"].get("phase") == "Running")
+        assert running["metadata"]["uid"] == uid
+        # kwok plays the old pod's deletion once it reads it; whether that comes before
+        # the old pod's DELETED event cancels it is a race, so look for the refusal.
+        deadline = time.monotonic() + 10
+        seen = False
+        while time.monotonic() < deadline and not seen:
+            seen = refused.encode() in log_path.read_bytes()[log_start:]
+            now = await raw(api, "GET", f"{base}/{name}")
+            assert now.get("metadata", {}).get("uid") == uid, "kwok took the successor"
+            assert not now["metadata"].get("deletionTimestamp"), "kwok deleted the successor"
+            if not seen:
+                await asyncio.sleep(0.2)  # polling kwok's log, bounded by the deadline
+        await raw(api, "DELETE", f"{base}/{name}", {"gracePeriodSeconds": 0})
+        await wait_gone(api, ns, name)
+        if seen:
+            return
+    raise AssertionError(f"kwok never played a stale deletion in {attempts} attempts")
+
+
+async def wait_gone(api: client.ApiClient, ns: str, name: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (await raw(api, "GET", f"/api/v1/namespaces/{ns}/pods/{name}")).get("code") == 404:
+            return
+        await asyncio.sleep(0.2)  # polling an API condition, bounded by the deadline
+    raise AssertionError(f"pod {name} still there after {timeout} s")
