@@ -128,6 +128,8 @@ class Plan:
     delete_job: bool = False  # ttlSecondsAfterFinished expired
     skip_reason: str | None = None  # why nothing was done, for the log line
     podgroup: PodGroupWrite | None = None  # gang scheduling (reconcile.gang)
+    #: pod ends newly accounted, "Type-index:how:uid", for the reconcile's log line
+    ends: list[str] = field(default_factory=list)
 
 
 def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
@@ -195,6 +197,7 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
         current, stale = gang_restart.split_by_epoch(snap.pods, old.gang_epoch)
         snap = replace(snap, pods=current)
     outcomes = _account(snap, tfjob, old, config, resumed_at=clock.resumed_at)
+    ends = [f"{rt}-{end}" for rt, o in outcomes.items() for end in o.ends]
     restart_type = gang_restart.trigger(old, outcomes) if whole and not stale else None
     if restart_type is not None:
         gang_restart.as_one_restart(old, outcomes)
@@ -211,13 +214,13 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
         )
         conds = cond.set_message(conds, cond.RESTARTING, message)
         new = gang_restart.restart_gang(new, old).model_copy(update={"conditions": conds})
-        return _status_plan(old, new)
+        return replace(_status_plan(old, new), ends=ends)
     gang = _gang_step(snap, tfjob, config) if verdict is None else None
     if gang is not None:
         conds = admission_conditions(new.conditions, gang.waiting, tfjob.name, now)
         new = new.model_copy(update={"conditions": conds})
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
-    plan = _status_plan(old, new, failed_event_type=failed_event_type)
+    plan = replace(_status_plan(old, new, failed_event_type=failed_event_type), ends=ends)
     if verdict is not None:
         pods = [*snap.pods, *stale]
         done = finishing_cleanup(snap.job.run_policy, pods, snap.services, now, snap.now)
@@ -394,6 +397,7 @@ def _with_children(
         events=plan.events,
         requeue_after=requeue_after,
         podgroup=podgroup,
+        ends=plan.ends,
     )
 
 

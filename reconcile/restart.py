@@ -188,6 +188,8 @@ class ReplicaOutcome:
     permanent_failure: PodOutcome | None = None
     #: Indexes whose ending was newly accounted in this pass (for tests and logs).
     accounted: list[int] = field(default_factory=list)
+    #: The same, said for the reconcile's log line: "index:how:pod UID prefix".
+    ends: list[str] = field(default_factory=list)
 
 
 def account_replica(
@@ -241,6 +243,7 @@ def account_replica(
             elif outcome in (PodOutcome.FAIL_NEVER, PodOutcome.FAIL_EXIT_CODE):
                 failed.add(index)
                 out.accounted.append(index)
+                out.ends.append(_end(index, outcome, uid))
                 if not inp.failures_tolerated and out.permanent_failure is None:
                     out.permanent_failure = outcome
             elif outcome is PodOutcome.DISRUPTED:
@@ -249,6 +252,7 @@ def account_replica(
                 disruptions += 1
                 rec = rec.model_copy(update={"last_pod_uid": uid})
                 out.accounted.append(index)
+                out.ends.append(_end(index, outcome, uid))
             elif outcome is PodOutcome.RETRY:
                 restarts += 1
                 ended = finished_at(pod) or now
@@ -259,6 +263,7 @@ def account_replica(
                     update={"failures": failures, "last_failure_time": ended, "last_pod_uid": uid}
                 )
                 out.accounted.append(index)
+                out.ends.append(_end(index, outcome, uid))
             elif outcome is PodOutcome.TERMINATING and phase_of(pod) == PodPhase.RUNNING:
                 # Still running: should it vanish without an end we saw, that is a
                 # disruption (activeIndexes), counted then.
@@ -282,6 +287,7 @@ def account_replica(
             # write's own event), no backoff.
             disruptions += 1
             out.accounted.append(index)
+            out.ends.append(f"{index}:vanished")
             out.restarting = True
         elif not occupied:
             due = _backoff_due(rec, backoff)
@@ -306,6 +312,10 @@ def account_replica(
         }
     )
     return out
+
+
+def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:
+    return f"{index}:{outcome.value}:{(uid or '')[:8]}"
 
 
 def _fold_container_restarts(

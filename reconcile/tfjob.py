@@ -167,6 +167,8 @@ class TFJobReconciler:
             plan = compute_plan(snap, self.config)
         if plan.skip_reason:
             structlog.contextvars.bind_contextvars(outcome=plan.skip_reason)
+        if plan.ends:
+            structlog.contextvars.bind_contextvars(ends=plan.ends)
         # 6. Apply it: deletes and releases in the pass, creates handed to the background.
         outcome = Outcome()
         if plan.podgroup is not None and self.writers.podgroups is not None:

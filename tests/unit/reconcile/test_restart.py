@@ -128,11 +128,12 @@ def test_failure_accounted_once_by_uid() -> None:
     out = account({0: [failed]}, replicas=1)
     # Recorded, not deleted: the delete waits for the status holding the record.
     assert out.status.restarts == 1 and out.delete == [] and out.restarting
+    assert out.ends == ["0:retry:a"]  # for the reconcile's log line
     assert out.status.index_retries["0"] == IndexRetry(
         failures=1, last_failure_time=at(90), last_pod_uid="a"
     )
     again = account({0: [failed]}, out.status, replicas=1)  # recorded: now it goes
-    assert again.status == out.status and again.delete == [failed]
+    assert again.status == out.status and again.delete == [failed] and again.ends == []
     once_more = account({0: [failed]}, out.status, replicas=1)  # delete not observed yet
     assert once_more.status.restarts == 1 and once_more.delete == [failed]
     terminating = pod(0).failed(1, finished=90).uid("a").terminating(requested=95).obj()
@@ -202,6 +203,7 @@ def test_running_pod_that_vanished_unseen_is_a_disruption() -> None:
     assert out.status.disruptions == 1 and out.status.restarts == 0
     # Recorded first; the replacement waits for the pass after the record is stored.
     assert out.create == [] and out.restarting and out.accounted == [0]
+    assert out.ends == ["0:vanished"]
     assert out.status.active_indexes == "1"
     lost = account({1: [pod(1).running().obj()]}, running.status)  # its write was lost
     assert lost.status == out.status and lost.create == []
