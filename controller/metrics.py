@@ -18,6 +18,7 @@
 - leader_election_master_status{name}: 1 while this process holds the lease named
   ``name``, else 0; ``leader_status(name)`` is the setter for LeaseElector's on_change.
 
+The process_* metrics (CPU, RSS, open fds, start time) come with the registry.
 Every label set is created at registration (zero-initialised) so rate() works from the
 first scrape. Metrics live in a ``Metrics`` object with its own registry, so tests and
 several managers in one process never collide.
@@ -27,8 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
+from controller.prometheus import Counter, Gauge, Histogram, Registry, process_collector
 from controller.types import Clock
 
 QUEUE_BUCKETS = tuple(10.0**e for e in range(-6, 4))
@@ -99,8 +99,11 @@ class ReconcileMetrics:
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+    def __init__(self, registry: Registry | None = None) -> None:
+        if registry is None:
+            registry = Registry()
+            registry.add_collector(process_collector())
+        self.registry = registry
         r = self.registry
         self.wq_depth = Gauge("workqueue_depth", "Current depth of workqueue", ["name"], registry=r)
         self.wq_adds = Counter(

@@ -1,6 +1,6 @@
 """HTTP endpoints: /metrics, /healthz, /readyz.
 
-Contract: one aiohttp server per distinct bind address. With the defaults
+Contract: one server per distinct bind address. With the defaults
 (--metrics-bind-address :8080, --health-probe-bind-address :8081) that is two servers,
 /metrics on the first and the probes on the second; when both flags name the same
 address, one server serves all three paths. An address of "0" disables that endpoint
@@ -10,27 +10,41 @@ set (controller-runtime's convention). ":8080" binds every interface.
   leading, still renewing); 500 otherwise.
 - /readyz: 200 once every readiness check passes (caches synced); 500 before.
 Checks are plain callables returning bool, so this module knows nothing of informers.
+
+The server is a few lines of HTTP/1.1 on anyio's TCP listeners: three GET paths, one
+request per connection (``Connection: close``), which is all a kubelet probe or a
+Prometheus scrape needs; a web framework for it cost 2 MB and 30 ms of start-up.
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 import structlog
-from aiohttp import web
-from anyio.abc import TaskStatus
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
+from anyio.streams.stapled import MultiListener
+
+from controller.prometheus import CONTENT_TYPE, Registry
 
 log = structlog.get_logger("controller.server")
 
 Check = Callable[[], bool]
 
 
+#: a request head larger than this, or slower than this, is dropped
+MAX_HEAD_BYTES = 8192
+HEAD_TIMEOUT_SECONDS = 10.0
+
+Response = tuple[int, str, bytes]  # status, content type, body
+
+
 class HasRegistry(Protocol):
-    registry: CollectorRegistry
+    registry: Registry
 
 
 def add_server_flags(parser: argparse.ArgumentParser) -> None:
@@ -53,21 +67,22 @@ def parse_address(address: str) -> tuple[str | None, int]:
     return (host or None), int(port)
 
 
-def _check_handler(checks: Sequence[Check], name: str) -> Callable[[web.Request], object]:
-    async def handler(request: web.Request) -> web.Response:
-        failing = []
-        for check in checks:
-            try:
-                ok = check()
-            except Exception:  # a broken check reports unhealthy, never crashes the server
-                ok = False
-            if not ok:
-                failing.append(getattr(check, "__name__", repr(check)))
-        if failing:
-            return web.Response(status=500, text=f"{name} failed: {', '.join(failing)}\n")
-        return web.Response(text="ok\n")
+def _check(checks: Sequence[Check], name: str) -> Response:
+    failing = []
+    for check in checks:
+        try:
+            ok = check()
+        except Exception:  # a broken check reports unhealthy, never crashes the server
+            ok = False
+        if not ok:
+            failing.append(getattr(check, "__name__", repr(check)))
+    if failing:
+        return 500, "text/plain", f"{name} failed: {', '.join(failing)}\n".encode()
+    return 200, "text/plain", b"ok\n"
 
-    return handler
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS[500] = "Internal Server Error"
 
 
 class ProbeServers:
@@ -78,63 +93,124 @@ class ProbeServers:
         *,
         metrics_address: str = ":8080",
         health_address: str = ":8081",
-        registry: CollectorRegistry | None = None,
+        registry: Registry | None = None,
         health_checks: Sequence[Check] = (),
         ready_checks: Sequence[Check] = (),
     ) -> None:
         self.registry = registry
         self.health_checks = list(health_checks)
         self.ready_checks = list(ready_checks)
-        self._apps: dict[str, web.Application] = {}
+        #: the paths each bind address serves
+        self._routes: dict[str, dict[str, Callable[[], Response]]] = {}
         if metrics_address != "0":
-            self._app_for(metrics_address).router.add_get("/metrics", self._metrics)
+            self._routes.setdefault(metrics_address, {})["/metrics"] = self._metrics
         if health_address != "0":
-            app = self._app_for(health_address)
-            app.router.add_get("/healthz", _check_handler(self.health_checks, "healthz"))  # type: ignore[arg-type]
-            app.router.add_get("/readyz", _check_handler(self.ready_checks, "readyz"))  # type: ignore[arg-type]
-        self._runners: list[web.AppRunner] = []
+            routes = self._routes.setdefault(health_address, {})
+            routes["/healthz"] = lambda: _check(self.health_checks, "healthz")
+            routes["/readyz"] = lambda: _check(self.ready_checks, "readyz")
         #: bound (host, port) per address after start, for tests using port 0
         self.bound: dict[str, tuple[str, int]] = {}
 
-    def _app_for(self, address: str) -> web.Application:
-        if address not in self._apps:
-            self._apps[address] = web.Application()
-        return self._apps[address]
-
-    async def _metrics(self, request: web.Request) -> web.Response:
+    def _metrics(self) -> Response:
         if self.registry is None:
-            return web.Response(status=404)
-        body = generate_latest(self.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def start(self) -> None:
-        for address, app in self._apps.items():
-            host, port = parse_address(address)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await runner.setup()
-            site = web.TCPSite(runner, host, port)
-            await site.start()
-            self._runners.append(runner)
-            if runner.addresses:
-                bound = runner.addresses[0]
-                self.bound[address] = (str(bound[0]), int(bound[1]))
-            paths = sorted(r.canonical for r in app.router.resources())
-            log.info("serving", address=address, bound=self.bound.get(address), paths=paths)
-
-    async def stop(self) -> None:
-        for runner in self._runners:
-            await runner.cleanup()
-        self._runners.clear()
+            return 404, "text/plain", b"not found\n"
+        return 200, CONTENT_TYPE, self.registry.expose()
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Start, report started, run until cancelled, then stop (a Manager service)."""
-        await self.start()
-        task_status.started()
+        """Listen on every address, report started, serve until cancelled."""
+        async with anyio.create_task_group() as tg:
+            for address, routes in self._routes.items():
+                listener = await _listen(*parse_address(address))
+                for one in listener.listeners:
+                    bound = one.extra(SocketAttribute.local_address)
+                    if isinstance(bound, tuple):
+                        self.bound.setdefault(address, (str(bound[0]), int(bound[1])))
+                        break
+                log.info(
+                    "serving", address=address, bound=self.bound.get(address), paths=sorted(routes)
+                )
+                tg.start_soon(self._accept, listener, routes, tg)
+            task_status.started()
+
+    async def _accept(
+        self, listener: Any, routes: dict[str, Callable[[], Response]], tg: TaskGroup
+    ) -> None:
+        async with listener:
+            await listener.serve(lambda stream: self._handle(stream, routes), task_group=tg)
+
+    async def _handle(
+        self, stream: SocketStream, routes: dict[str, Callable[[], Response]]
+    ) -> None:
+        async with stream:
+            try:
+                with anyio.fail_after(HEAD_TIMEOUT_SECONDS):
+                    head = await _read_head(stream)
+            except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                return
+            if head is None:
+                status, ctype, body = 400, "text/plain", b"bad request\n"
+                method = "GET"
+            else:
+                method, path = head
+                handler = routes.get(path)
+                if handler is None:
+                    status, ctype, body = 404, "text/plain", b"not found\n"
+                elif method not in ("GET", "HEAD"):
+                    status, ctype, body = 405, "text/plain", b"method not allowed\n"
+                else:
+                    status, ctype, body = handler()
+            reply = (
+                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
+                f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode()
+            try:
+                await stream.send(reply if method == "HEAD" else reply + body)
+            except (anyio.BrokenResourceError, OSError):
+                return
+
+
+async def _listen(host: str | None, port: int) -> MultiListener[SocketStream]:
+    """Listening sockets for every address ``host`` names (all interfaces for None),
+    resolved here, at start-up, instead of on a worker thread: the process keeps one
+    thread. Port 0 binds the first address to an ephemeral port and the rest to it."""
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_ADDRCONFIG
+    )
+    listeners: list[anyio.abc.SocketListener] = []
+    for family, kind, proto, _name, addr in dict.fromkeys(infos):
+        sock = socket.socket(family, kind, proto)
         try:
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self.stop()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and listeners:
+                addr = (addr[0], listeners[0].extra(SocketAttribute.local_port), *addr[2:])
+            sock.bind(addr)
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            if listeners:
+                continue  # e.g. IPv6 configured but not usable: the others serve
+            raise
+        listeners.append(await anyio.abc.SocketListener.from_socket(sock))
+    return MultiListener(listeners)
+
+
+async def _read_head(stream: SocketStream) -> tuple[str, str] | None:
+    """(method, path) of the request, or None for a malformed or oversized one."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > MAX_HEAD_BYTES:
+            return None
+        data += await stream.receive()
+    parts = data.split(b"\r\n", 1)[0].split()
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return None
+    method = parts[0].decode("ascii", "replace")
+    path = parts[1].decode("ascii", "replace").split("?", 1)[0]
+    return method, path
 
 
 def serve_probes(

@@ -10,17 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
-
+from controller.prometheus import Counter, Registry
 from reconcile import conditions as cond
 
 FRAMEWORK = "tensorflow"
 
 
 class JobMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: Registry | None = None) -> None:
         labels = ["job_namespace", "framework"]
-        kw: dict[str, Any] = {"registry": registry} if registry is not None else {}
+        kw: dict[str, Any] = {"registry": registry if registry is not None else Registry()}
         self.created = Counter("training_operator_jobs_created", "TFJobs created", labels, **kw)
         self.deleted = Counter(
             "training_operator_jobs_deleted", "TFJobs deleted after their TTL", labels, **kw

@@ -193,7 +193,7 @@ async def test_leader_gauge_follows_acquire_lose_and_release() -> None:
     clock, leases, metrics = FakeClock(), FakeLeases(), Metrics()
 
     def gauge() -> float | None:
-        return metrics.registry.get_sample_value("leader_election_master_status", {"name": "lock"})
+        return metrics.registry.sample("leader_election_master_status", {"name": "lock"})
 
     a = elector(leases, clock, "a", on_change=metrics.leader_status("lock"))
     assert gauge() == 0, "exported as 0 before the first election"

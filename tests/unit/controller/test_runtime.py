@@ -7,7 +7,6 @@ import anyio
 import anyio.lowlevel
 import pytest
 import structlog
-from prometheus_client import generate_latest
 
 from controller import errors
 from controller.clock import FakeClock
@@ -35,7 +34,7 @@ class ScriptedReconciler:
 
 
 def sample(metrics: Metrics, metric: str, **labels: str) -> float:
-    value = metrics.registry.get_sample_value(metric, labels)
+    value = metrics.registry.sample(metric, labels)
     return 0.0 if value is None else value
 
 
@@ -107,7 +106,7 @@ async def test_result_contract(
 def test_metrics_label_sets_are_zero_initialised() -> None:
     metrics = Metrics()
     Controller("tfjob", ScriptedReconciler(), metrics=metrics, workers=3)
-    text = generate_latest(metrics.registry).decode()
+    text = metrics.registry.expose().decode()
     for result in ("success", "error", "requeue", "requeue_after"):
         assert (
             f'controller_runtime_reconcile_total{{controller="tfjob",result="{result}"}} 0.0'

@@ -62,3 +62,33 @@ async def test_two_servers_when_addresses_differ() -> None:
         assert (await fetch(session, health_bound, "/healthz"))[0] == 200
         assert (await fetch(session, health_bound, "/metrics"))[0] == 404
         tg.cancel_scope.cancel()
+
+
+async def raw_request(bound: tuple[str, int], data: bytes) -> bytes:
+    async with await anyio.connect_tcp(bound[0], bound[1]) as stream:
+        await stream.send(data)
+        out = b""
+        try:
+            while True:
+                out += await stream.receive()
+        except anyio.EndOfStream:
+            return out
+
+
+async def test_odd_requests_get_plain_answers() -> None:
+    servers = ProbeServers(metrics_address="0", health_address="127.0.0.1:0")
+    async with anyio.create_task_group() as tg:
+        await tg.start(servers.serve)
+        (bound,) = servers.bound.values()
+        head = await raw_request(bound, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
+        assert b"Content-Length: 3\r\n" in head  # the length GET would have, no body
+        post = await raw_request(bound, b"POST /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert post.startswith(b"HTTP/1.1 405 ")
+        query = await raw_request(bound, b"GET /healthz?verbose HTTP/1.1\r\n\r\n")
+        assert query.startswith(b"HTTP/1.1 200 ") and query.endswith(b"ok\n")
+        garbage = await raw_request(bound, b"hello\r\n\r\n")
+        assert garbage.startswith(b"HTTP/1.1 400 ")
+        huge = await raw_request(bound, b"GET /healthz HTTP/1.1\r\nX: " + b"y" * 10_000)
+        assert huge.startswith(b"HTTP/1.1 400 ")
+        tg.cancel_scope.cancel()

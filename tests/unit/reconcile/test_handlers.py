@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from controller.clock import FakeClock
 from controller.expectations import ControllerExpectations
+from controller.prometheus import Registry
 from reconcile.handlers import (
     is_progress_only,
     job_handler,
@@ -128,7 +128,7 @@ def test_service_updates_are_never_held() -> None:
 
 def test_job_events_record_what_the_cache_has_seen() -> None:
     exp, queue = world()
-    metrics = JobMetrics(CollectorRegistry())
+    metrics = JobMetrics(Registry())
     handler = job_handler(exp, queue, metrics)
     assert handler.on_add and handler.on_update and handler.on_delete
     exp.expect_resource_version(KEY, "7")
@@ -140,13 +140,13 @@ def test_job_events_record_what_the_cache_has_seen() -> None:
     assert exp.satisfied(KEY)
     handler.on_delete(newer)
     assert queue.now == [KEY, KEY, KEY]
-    created = metrics.created.labels("ns", "tensorflow")._value.get()
+    created = metrics.created.labels("ns", "tensorflow").value
     assert created == 1  # a job without status is new
 
 
 def test_a_status_only_job_update_is_held_unless_a_pass_awaits_it() -> None:
     exp, queue = world()
-    handler = job_handler(exp, queue, JobMetrics(CollectorRegistry()))
+    handler = job_handler(exp, queue, JobMetrics(Registry()))
     assert handler.on_update
     written = {**JOB, "metadata": {**JOB["metadata"], "resourceVersion": "8"}, "status": {}}
     handler.on_update(JOB, written)  # our own status write, nobody waiting on it
