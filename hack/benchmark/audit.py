@@ -67,6 +67,8 @@ class Requests:
     by_verb: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # verb,res,code
     creates_t: list[float] = field(default_factory=list)  # completion times of 201 creates
     first_submit: float | None = None
+    #: the controller's first list (its informers starting), server clock
+    first_list: float | None = None
 
     def count(self, verb: str, resource: str, code: str | None = None) -> int:
         return sum(
@@ -109,6 +111,9 @@ def summarize_audit(events: list[dict[str, Any]], ua: str, ns: str) -> Requests:
         code = str((ev.get("responseStatus") or {}).get("code", "?"))
         verb = ev.get("verb", "?")
         out.by_verb[(verb, resource, code)] += 1
+        if verb == "list":
+            t = _ts(ev["requestReceivedTimestamp"])
+            out.first_list = t if out.first_list is None else min(out.first_list, t)
         if verb == "create" and resource in ("pods", "services") and code == "201":
             out.creates_t.append(_ts(ev["stageTimestamp"]))
         if verb == "create" and resource == "tfjobs" and ua == FLOOR_UA:

@@ -205,7 +205,7 @@ async def run_controller(
         offset = audit_offset(env)
         ctl = phase.start(env, mode, out)
         await ctl.wait_ready()
-        ctl.sample()
+        ctl.mark_idle()
         say(
             f"{tag} controller ready (pid {ctl.proc.pid}"
             f"{', under pyinstrument' if profile else ''}); submitting {n} TFJobs x {m} "
@@ -288,6 +288,8 @@ async def run_controller(
             succeeded_lat=succeeded_lat,
             cpu_s=ctl.cpu,
             peak_rss=ctl.peak_rss,
+            idle_rss=ctl.idle_rss,
+            startup_s=reqs.first_list - ctl.exec_t if reqs.first_list else None,
             profiled=profile,
             released_s=released_s,
             title=phase.title,

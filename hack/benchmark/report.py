@@ -123,6 +123,11 @@ def report(args: argparse.Namespace, runs: list[ModeRun]) -> str:
         "(d) controller peak RSS (MB)",
         lambda o, f: fmt(o.peak_rss / 2**20 if o.peak_rss else None, ".0f"),
     )
+    row(
+        "(d) controller RSS when ready, no TFJob yet (MB)",
+        lambda o, f: fmt(o.idle_rss / 2**20 if o.idle_rss else None, ".0f"),
+    )
+    row("(d) start-up: exec → first list request (s)", lambda o, f: fmt(o.startup_s, ".2f"))
     row("phase wall time, ours / floor (s)", lambda o, f: f"{o.wall_s:.1f} / {f.wall_s:.1f}")
     row(
         f"1-min load average at phase end, ours / floor ({os.cpu_count()} CPUs)",

@@ -25,6 +25,10 @@ class PhaseResult:
     succeeded_lat: list[float] = field(default_factory=list)
     cpu_s: float | None = None
     peak_rss: int | None = None
+    #: RSS once ready, before the first TFJob
+    idle_rss: int | None = None
+    #: exec → the controller's first list request (its informers starting)
+    startup_s: float | None = None
     profiled: bool = False
     #: pods deleted → all gone, their tracking finalizers released (ours only)
     released_s: float | None = None
@@ -64,6 +68,8 @@ class PhaseResult:
             "succeeded_latency_s": quantiles(self.succeeded_lat),
             "cpu_s": self.cpu_s,
             "peak_rss_bytes": self.peak_rss,
+            "idle_rss_bytes": self.idle_rss,
+            "startup_s": self.startup_s,
             "released_s": self.released_s,
             "requests": {
                 f"{v} {r} {c}": k for (v, r, c), k in sorted(self.requests.by_verb.items())

@@ -39,6 +39,8 @@ class ControllerProc:
         self.log_path = log_path
         self.profile_session = profile_session
         logf = open(self.log_path, "wb")
+        #: wall clock at exec, to set against the audit log's first list (start-up)
+        self.exec_t = time.time()
         self.proc = subprocess.Popen(
             argv,
             stdout=logf,
@@ -49,6 +51,8 @@ class ControllerProc:
         logf.close()
         self.ps = psutil.Process(self.proc.pid)
         self.peak_rss = 0
+        #: RSS once ready (caches synced), before any TFJob: the idle footprint
+        self.idle_rss = 0
         self.rss_samples: list[tuple[float, int]] = []
         self.cpu = 0.0
 
@@ -99,6 +103,11 @@ class ControllerProc:
         self.peak_rss = max(self.peak_rss, rss)
         self.cpu = t.user + t.system
         self.rss_samples.append((time.monotonic(), rss))
+
+    def mark_idle(self) -> None:
+        self.sample()
+        if self.rss_samples:
+            self.idle_rss = self.rss_samples[-1][1]
 
     def vm_hwm(self) -> int:
         try:
