@@ -19,6 +19,9 @@ from controller.types import Clock
 K = TypeVar("K", bound=Hashable)
 
 
+MIN_WAIT_SECONDS = 0.001
+
+
 class Pacer(Generic[K]):
     def __init__(self, clock: Clock, interval: float, *, max_keys: int = 10_000) -> None:
         self._clock = clock
@@ -31,7 +34,10 @@ class Pacer(Generic[K]):
         last = self._last.get(key)
         if last is None:
             return 0.0
-        return max(0.0, last + self.interval - self._clock.monotonic())
+        wait = last + self.interval - self._clock.monotonic()
+        # A wait below a millisecond is the clock's arithmetic, not a wait: a requeue
+        # that early would only find the same rounding again.
+        return wait if wait >= MIN_WAIT_SECONDS else 0.0
 
     def mark(self, key: K) -> None:
         """``key`` acted now."""

@@ -123,6 +123,9 @@ class Plan:
     status: JSON | None = None  # the complete new .status if it differs, else None
     #: the status change moves only replica counts and Running (it may wait for company)
     progress_only: bool = False
+    #: the same, with or without the Running transition's event: progress alone, which a
+    #: pass still waiting on its own creates may report (reconcile.tfjob)
+    reports_progress: bool = False
     events: list[EventIntent] = field(default_factory=list)
     requeue_after: float | None = None  # earliest due timer
     delete_job: bool = False  # ttlSecondsAfterFinished expired
@@ -354,8 +357,13 @@ def _status_plan(old: JobStatus, new: JobStatus, *, failed_event_type: str = con
         old.conditions, new.conditions, failed_event_type=failed_event_type
     )
     status = changed(old, new)
-    progress_only = status is not None and not events and is_progress_only(old, new)
-    return Plan(status=status, progress_only=progress_only, events=list(events))
+    progress = status is not None and is_progress_only(old, new)
+    return Plan(
+        status=status,
+        progress_only=progress and not events,
+        reports_progress=progress,
+        events=list(events),
+    )
 
 
 def _invalid_plan(view: JobView, message: str, now: datetime) -> Plan:
@@ -394,6 +402,7 @@ def _with_children(
         release_pods=list(release_pods),
         status=plan.status,
         progress_only=plan.progress_only,
+        reports_progress=plan.reports_progress,
         events=plan.events,
         requeue_after=requeue_after,
         podgroup=podgroup,

@@ -42,7 +42,13 @@ from controller.types import (
 from reconcile import conditions as cond
 from reconcile.failures import CreateFailures
 from reconcile.gang import priority_class_of
-from reconcile.keys import expectation_keys, pods_key, releases_key, services_key
+from reconcile.keys import (
+    expectation_keys,
+    podgroups_key,
+    pods_key,
+    releases_key,
+    services_key,
+)
 from reconcile.metrics import JobMetrics
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.spec import JobView, SpecCache
@@ -112,6 +118,8 @@ class TFJobReconciler:
         self.spawner = spawner
         #: creates the apiserver keeps refusing (reconcile.failures)
         self.failures = CreateFailures(clock, grace_seconds=failed_create_grace)
+        #: jobs whose status write was handed to the background and is not back yet
+        self._status_in_flight: set[str] = set()
         self._children = ChildWrites(
             pods=writers.pods,
             services=writers.services,
@@ -133,11 +141,12 @@ class TFJobReconciler:
         #    and the job's last status write must be visible in the caches first, or the
         #    plan would create a pod that already exists or undo a status just written.
         #    Creates still queued in the background count as not yet observed however
-        #    long they wait, whatever the expectations' TTL says.
+        #    long they wait, whatever the expectations' TTL says. Progress alone may
+        #    still be reported meanwhile.
         if self.spawner.backlog(key) or not all(
             self.expectations.satisfied(k) for k in expectation_keys(key)
         ):
-            return _done("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
+            return await self._while_creating(key, raw)
         # 3. Pods an earlier job of this name left tracked go first: their names are the
         #    ones this job's pods will take.
         uid = raw["metadata"]["uid"]
@@ -149,22 +158,7 @@ class TFJobReconciler:
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
         # 5. The job read once, and the plan: pure. A job being deleted is the garbage
         #    collector's: the plan only lets its pods go.
-        view = self.specs.read(key, raw)
-        failure = self.failures.persistent(key, uid)
-        snap = Snapshot(
-            view,
-            pods,
-            services,
-            self.clock.now(),
-            failure=failure,
-            podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
-            priorities=self._priorities(view),
-        )
-        if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
-            # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
-            plan = await anyio.to_thread.run_sync(compute_plan, snap, self.config)
-        else:
-            plan = compute_plan(snap, self.config)
+        view, plan = await self._plan(key, raw, pods, services)
         if plan.skip_reason:
             structlog.contextvars.bind_contextvars(outcome=plan.skip_reason)
         if plan.ends:
@@ -213,6 +207,55 @@ class TFJobReconciler:
             # The backlog is full of other jobs' creates: look again once it drains.
             requeue_after = min(requeue_after or BACKLOG_RECHECK_SECONDS, BACKLOG_RECHECK_SECONDS)
         return Result(requeue_after=requeue_after)
+
+    async def _plan(
+        self, key: str, raw: JSON, pods: list[JSON], services: list[JSON]
+    ) -> tuple[JobView, Plan]:
+        namespace, name = split_key(key)
+        view = self.specs.read(key, raw)
+        snap = Snapshot(
+            view,
+            pods,
+            services,
+            self.clock.now(),
+            failure=self.failures.persistent(key, raw["metadata"]["uid"]),
+            podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
+            priorities=self._priorities(view),
+        )
+        if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
+            # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
+            return view, await anyio.to_thread.run_sync(compute_plan, snap, self.config)
+        return view, compute_plan(snap, self.config)
+
+    async def _while_creating(self, key: str, raw: JSON) -> Result:
+        """A job whose own creates (or deletes) are not all seen yet may not plan: it
+        would make again what is on its way. It may still report progress: pods of it
+        that are running now are counted as they are, and nothing but replica counts and
+        the Running condition is written (any other change waits for the full pass). At
+        20 QPS a job's 16 creates take most of a second, and its first pods run well
+        before the last is made. Only once its own last status write is seen (the plan
+        starts from it) and none is in flight, which a conflict would lose."""
+        waiting = Result(requeue_after=UNSATISFIED_RECHECK_SECONDS)
+        if key in self._status_in_flight or not all(
+            self.expectations.satisfied(k) for k in (key, releases_key(key), podgroups_key(key))
+        ):
+            return _done("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
+        structlog.contextvars.bind_contextvars(outcome="awaiting-expectations")
+        uid = raw["metadata"]["uid"]
+        pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, uid)
+        services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
+        view, plan = await self._plan(key, raw, pods, services)
+        if plan.status is None or not plan.reports_progress or plan.skip_reason:
+            return waiting
+        wait = self.pacer.delay(key)
+        if wait > 0:
+            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
+            return Result(requeue_after=wait)
+        await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        self.pacer.mark(key)
+        self._announce(view, plan)
+        structlog.contextvars.bind_contextvars(status_written=True)
+        return waiting
 
     def _priorities(self, view: JobView) -> dict[str, int]:
         """The values of the PriorityClasses the job's templates name (gang scheduling
@@ -279,6 +322,7 @@ class TFJobReconciler:
             # for seconds, and workers waiting on them would leave other jobs' passes
             # (a pod now running, a chief that succeeded) waiting too.
             self.pacer.mark(key)
+            self._status_in_flight.add(key)  # until the spawned write is back
             self.spawner.spawn(
                 key, lambda: self._write_and_announce(key, view, plan), bounded=False
             )
@@ -292,7 +336,10 @@ class TFJobReconciler:
     async def _write_and_announce(self, key: str, view: JobView, plan: Plan) -> None:
         if plan.status is None:
             return
-        await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        try:
+            await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        finally:
+            self._status_in_flight.discard(key)
         self._announce(view, plan)
 
     def _announce(self, view: JobView, plan: Plan) -> None:

@@ -124,6 +124,49 @@ async def test_pass_returns_before_its_creates_and_gates_the_next_one() -> None:
         tg.cancel_scope.cancel()
 
 
+async def test_progress_is_reported_while_the_jobs_own_creates_are_on_their_way() -> None:
+    """At 20 QPS a job's first pods run long before its last create is made: their
+    progress is written meanwhile, and nothing is planned again."""
+    job = make_tfjob("t").chief().worker(2).obj()
+    w = ReconcilerWorld(job, hold_creates=True)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        await w.reconciler.reconcile(KEY)
+        await anyio.wait_all_tasks_blocked()  # Created, handed off with the held creates
+        backlog = w.background.backlog(KEY)
+        assert len(w.writer.statuses) == 1 and backlog == 6
+        # not before the job's own last status write is seen: the plan starts from it
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert len(w.writer.statuses) == 1
+        w.store_status()
+        w.clock.advance(1)
+        # the chief's create went through and it runs; the workers' are still queued
+        w.pods.upsert(make_pod(job, "Chief", 0).uid("uid-t-chief-0").running().obj())
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert structlog.contextvars.get_contextvars()["outcome"] == "awaiting-expectations"
+        assert len(w.writer.statuses) == 2
+        assert w.writer.statuses[-1]["replicaStatuses"]["Chief"]["active"] == 1
+        assert w.background.backlog(KEY) == backlog and w.writer.created == []
+        # more progress within the pace waits for it
+        w.store_status()
+        w.pods.upsert(make_pod(job, "Worker", 0).uid("uid-t-worker-0").running().obj())
+        result = await w.reconciler.reconcile(KEY)
+        assert len(w.writer.statuses) == 2
+        assert result.requeue_after == pytest.approx(STATUS_PACE_SECONDS)
+        # an outcome (a failed pod) is never written from a waiting pass
+        w.clock.advance(1)
+        w.pods.upsert(make_pod(job, "Chief", 0).uid("uid-t-chief-0").failed(1).obj())
+        await w.reconciler.reconcile(KEY)
+        assert len(w.writer.statuses) == 2
+        w.writer.release.set()
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    # each name once per kind (a pod and a service share it), nothing planned again
+    assert len(w.writer.created) == 6 and max(Counter(w.writer.created).values()) == 2
+
+
 async def test_a_failing_create_backs_off_through_the_queue_until_it_succeeds() -> None:
     w = ReconcilerWorld(make_tfjob("t").chief().worker(2).obj())
     w.writer.fail = {"t-worker-1"}  # its pod and its service
