@@ -185,28 +185,24 @@ class Run:
         return report
 
     async def _kubelet_nudges(self, api: Api, history: History) -> None:
-        """kwok plays the kubelet, and gives up on a pod when the apiserver refuses the
-        status patch that makes it Running (a 500 while etcd restarts): the pod stays
-        bound and Pending forever, where a kubelet would retry. Any change to the pod
-        makes kwok look again, so a pod bound and Pending for NUDGE_AFTER gets an
-        annotation touched: the kubelet's retry, not the controller's business."""
+        """kwok plays the kubelet, and gives up on a pod when the apiserver refuses one of
+        its writes (a 500 while etcd restarts), where a kubelet would retry: the status
+        patch that makes a bound pod Running (it stays Pending), or the kill of a deleted
+        pod and its final delete (it stays terminating, forever occupying its index).
+        Any change to the pod makes kwok look again, so a pod stuck so for NUDGE_AFTER
+        gets an annotation touched: the kubelet's retry, not the controller's business."""
         nudged: dict[str, float] = {}
         while True:
             await asyncio.sleep(5)
             now = time.time()
             for pod in list(history.pods.store.values()):
-                meta, status = pod["metadata"], pod.get("status") or {}
+                meta = pod["metadata"]
                 uid = meta.get("uid", "")
-                if (
-                    not pod.get("spec", {}).get("nodeName")
-                    or status.get("phase") != "Pending"
-                    or meta.get("deletionTimestamp")
-                    or now - _epoch(meta.get("creationTimestamp")) < NUDGE_AFTER
-                    or now - nudged.get(uid, 0.0) < NUDGE_AFTER
-                ):
+                why = _stuck(pod, now)
+                if why is None or now - nudged.get(uid, 0.0) < NUDGE_AFTER:
                     continue
                 nudged[uid] = now
-                say(f"kubelet stand-in: {meta['name']} bound and Pending, kwok nudged")
+                say(f"kubelet stand-in: {meta['name']} {why}, kwok nudged")
                 try:
                     await api.patch(
                         f"/api/v1/namespaces/{NS}/pods/{meta['name']}",
@@ -356,6 +352,27 @@ class Run:
 
 #: How long a pod may stay bound and Pending before the kubelet stand-in nudges kwok.
 NUDGE_AFTER = 20.0
+
+
+def _stuck(pod: dict[str, Any], now: float) -> str | None:
+    """Why kwok looks to have given up on ``pod``, or None."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    if meta.get("deletionTimestamp"):
+        if "kwok.test/hold-on-delete" in annotations:
+            return None  # held on purpose
+        # deletionTimestamp is the request's time plus the grace period
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        if now - (_epoch(meta["deletionTimestamp"]) - grace) < NUDGE_AFTER:
+            return None
+        return f"deleted and still {status.get('phase', 'Pending')}"
+    if (
+        pod.get("spec", {}).get("nodeName")
+        and status.get("phase") == "Pending"
+        and now - _epoch(meta.get("creationTimestamp")) >= NUDGE_AFTER
+    ):
+        return "bound and Pending"
+    return None
 
 
 def _epoch(timestamp: str | None) -> float:

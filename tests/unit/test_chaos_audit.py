@@ -1,8 +1,10 @@
 """The chaos suite's audit-log checks on made-up events: a write is fenced by the last
-Lease write before it (holder and lease duration), and a 409 create is a violation."""
+Lease write before it (holder and lease duration), and a 409 create is a violation.
+Also which pods the kubelet stand-in nudges."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from tests.chaos.audit import AuditChecks
@@ -74,3 +76,32 @@ def test_failover_times_come_from_the_successor_lease_and_first_write() -> None:
     died = a.leases[0].t + 1  # the wall clock time of the leader's death
     assert a.successor("a", died) == ("b", 15.0, 16.0)
     assert a.transitions() == 1
+
+
+def test_the_kubelet_stand_in_nudges_only_pods_kwok_gave_up_on() -> None:
+    from tests.chaos.driver import NUDGE_AFTER, _stuck
+
+    now = 1_000_000.0
+
+    def ts(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def pod(phase: str, *, bound: bool = True, **meta: Any) -> dict[str, Any]:
+        return {
+            "metadata": {"creationTimestamp": ts(now - 100), **meta},
+            "spec": {"nodeName": "kwok-node-0"} if bound else {},
+            "status": {"phase": phase},
+        }
+
+    assert _stuck(pod("Pending"), now) == "bound and Pending"
+    assert _stuck(pod("Pending", bound=False), now) is None  # the scheduler's
+    assert _stuck(pod("Running"), now) is None
+    young = pod("Pending", creationTimestamp=ts(now - NUDGE_AFTER / 2))
+    assert _stuck(young, now) is None
+    # deleted (grace 30) 40 s ago and never killed: kwok's kill got a 500
+    killed_late = {"deletionTimestamp": ts(now - 10), "deletionGracePeriodSeconds": 30}
+    assert _stuck(pod("Running", **killed_late), now) == "deleted and still Running"
+    just_deleted = {"deletionTimestamp": ts(now + 25), "deletionGracePeriodSeconds": 30}
+    assert _stuck(pod("Running", **just_deleted), now) is None
+    held = {**killed_late, "annotations": {"kwok.test/hold-on-delete": "true"}}
+    assert _stuck(pod("Running", **held), now) is None
