@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
+import structlog
 
-from controller import errors
+from controller import credentials, errors
 from controller.clock import SystemClock
 from controller.kubeconfig import config_module, new_configuration
 from controller.logging import remember_secret
@@ -46,6 +47,8 @@ from controller.types import JSON, Clock
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.configuration import Configuration
+
+log = structlog.get_logger(__name__)
 
 #: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
 #: full object can exceed that a little).
@@ -116,9 +119,10 @@ async def load_configuration(
     if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
         kube_config.load_incluster_config(client_configuration=cfg)
         return cfg
-    await kube_config.load_kube_config(
+    loader = await kube_config.load_kube_config(
         config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
     )
+    credentials.install(cfg, loader)  # an exec plugin's token, run again when due
     return cfg
 
 
@@ -282,29 +286,46 @@ class KubeApi:
         """Send one request; return the decoded JSON body ({} when empty). ``priority``
         orders it among requests waiting for the client-side rate limit
         (``controller.ratelimit.PRIORITY_*``; lower goes first)."""
-        headers = await self._auth_headers()
-        data = None
-        if body is not None:
-            data = encode_json(body)
-            headers["Content-Type"] = content_type
+        data = None if body is None else encode_json(body)
         total = request_timeout if request_timeout is not None else self.settings.request_timeout
         client_timeout = aiohttp.ClientTimeout(total=total, connect=self.settings.connect_timeout)
-        await self._bucket.acquire(priority)
         session = self._get_session(stream=False)
-        try:
-            async with session.request(
-                **self._request_kwargs(method, path, params, headers, data, client_timeout)
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise errors.ConnectionFailed(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        for attempt in range(2):
+            headers = await self._auth_headers()
+            if data is not None:
+                headers["Content-Type"] = content_type
+            await self._bucket.acquire(priority)
+            try:
+                async with session.request(
+                    **self._request_kwargs(method, path, params, headers, data, client_timeout)
+                ) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                msg = f"{method} {path}: {type(exc).__name__}: {exc}"
+                raise errors.ConnectionFailed(msg) from exc
+            if status == 401 and attempt == 0 and await self._renew_credentials(method, path):
+                continue  # a fresh credential: the same request once more
+            break
         if not 200 <= status < 300:
             raise _decode_error(status, raw)
         if not raw:
             return {}
         decoded = decode_json(raw)
         return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    async def _renew_credentials(self, method: str, path: str) -> bool:
+        """A 401: run the kubeconfig's exec plugin again, if it has one. True when that
+        gave a new token worth one more try."""
+        creds = credentials.of(self.configuration)
+        renewed = creds is not None and await creds.renew(self.configuration)
+        if not renewed:
+            log.warning(
+                "unauthorized: the apiserver refused the credential",
+                request=f"{method} {path}",
+                exec_plugin=creds is not None,
+            )
+        return renewed
 
     @asynccontextmanager
     async def stream(
@@ -316,19 +337,26 @@ class KubeApi:
     ) -> AsyncIterator[AsyncIterator[JSON]]:
         """Open a newline-delimited JSON stream (a watch). The yielded iterator ends on
         a clean close; a read timeout or broken connection raises ConnectionFailed."""
-        headers = await self._auth_headers()
         sock_read = read_timeout if read_timeout is not None else self.settings.stream_read_timeout
         client_timeout = aiohttp.ClientTimeout(
             total=None, connect=self.settings.connect_timeout, sock_read=sock_read
         )
-        await self._bucket.acquire()
         session = self._get_session(stream=True)
-        try:
-            resp = await session.request(
-                **self._request_kwargs("GET", path, params, headers, None, client_timeout)
-            )
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise errors.ConnectionFailed(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        for attempt in range(2):
+            headers = await self._auth_headers()
+            await self._bucket.acquire()
+            try:
+                resp = await session.request(
+                    **self._request_kwargs("GET", path, params, headers, None, client_timeout)
+                )
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise errors.ConnectionFailed(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+            if resp.status == 401 and attempt == 0:
+                resp.close()
+                if await self._renew_credentials("GET", path):
+                    continue
+                raise errors.error_from_status(401, {"message": "Unauthorized"})
+            break
         try:
             if not 200 <= resp.status < 300:
                 try:

@@ -29,6 +29,17 @@ def apply_manifests(cluster: Cluster, *files: Path) -> None:
         cluster.kubectl("apply", "-f", str(f))
 
 
+def apply_controller_rbac(cluster: Cluster) -> None:
+    """config/'s namespace, the controller's ServiceAccount and its roles."""
+    apply_manifests(
+        cluster,
+        REPO / "config/manager/namespace.yaml",
+        REPO / "config/rbac/service_account.yaml",
+        REPO / "config/rbac/role.yaml",
+        REPO / "config/rbac/leader_election_role.yaml",
+    )
+
+
 def token_for(kube: Kube, account: str, ns: str = SA_NS) -> str:
     """A bound token of a ServiceAccount (TokenRequest)."""
     return str(
@@ -56,13 +67,7 @@ def service_account_kubeconfig(cluster: Cluster, kube: Kube, path: Path) -> None
 def test_least_privilege_rbac_runs_a_job_to_success(
     cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
-    apply_manifests(
-        cluster,
-        REPO / "config/manager/namespace.yaml",
-        REPO / "config/rbac/service_account.yaml",
-        REPO / "config/rbac/role.yaml",
-        REPO / "config/rbac/leader_election_role.yaml",
-    )
+    apply_controller_rbac(cluster)
     kubeconfig = tmp_path / "sa.kubeconfig"
     service_account_kubeconfig(cluster, kube, kubeconfig)
     wait_namespaces_gone(kube)

@@ -1,0 +1,106 @@
+"""A kubeconfig whose user is an exec credential plugin with short-lived tokens, as
+managed clusters' are: the controller runs the plugin again as each token expires and
+keeps working across expiries."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.cluster.kube import (
+    ControllerProcess,
+    Kube,
+    sample,
+    wait_for,
+    wait_job,
+    wait_namespaces_gone,
+    wait_running,
+)
+from tests.cluster.test_rbac import SA_NS, apply_controller_rbac
+from tests.conftest import REPO, Cluster
+
+PLUGIN = REPO / "tests" / "cluster" / "plugins" / "sa_token_exec.py"
+LIFE = 15  # seconds the plugin says each token lives
+
+
+def exec_kubeconfig(cluster: Cluster, path: Path, log: Path) -> None:
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = admin["clusters"][0]["cluster"]["server"]
+    pki = cluster.dir / "pki"
+    env = {
+        "TFJOB_PLUGIN_SERVER": server,
+        "TFJOB_PLUGIN_CA": str(pki / "ca.crt"),
+        "TFJOB_PLUGIN_CERT": str(pki / "admin.crt"),
+        "TFJOB_PLUGIN_KEY": str(pki / "admin.key"),
+        "TFJOB_PLUGIN_SA": f"{SA_NS}/tfjob-controller",
+        "TFJOB_PLUGIN_LIFE": str(LIFE),
+        "TFJOB_PLUGIN_LOG": str(log),
+    }
+    admin["users"] = [
+        {
+            "name": "sa-exec",
+            "user": {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": sys.executable,
+                    "args": [str(PLUGIN)],
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "interactiveMode": "Never",
+                }
+            },
+        }
+    ]
+    admin["contexts"][0]["context"]["user"] = "sa-exec"
+    path.write_text(yaml.safe_dump(admin))
+
+
+def runs(log: Path) -> list[float]:
+    return [float(x) for x in log.read_text().split()] if log.exists() else []
+
+
+def run_to_success(kube: Kube, ns: str, name: str) -> None:
+    job = sample()
+    job["metadata"]["name"] = name
+    kube.create_tfjob(ns, job)
+    wait_running(kube, ns, name, 4, timeout=60)
+    kube.exit_pod(ns, f"{name}-chief-0", 0)
+    wait_job(kube, ns, name, "Succeeded")
+
+
+def test_exec_plugin_tokens_are_renewed_as_they_expire(
+    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    apply_controller_rbac(cluster)
+    log = tmp_path / "plugin-runs"
+    kubeconfig = tmp_path / "exec.kubeconfig"
+    exec_kubeconfig(cluster, kubeconfig, log)
+    wait_namespaces_gone(kube)
+    controller.stop()  # one controller on the cluster at a time
+    limited = ControllerProcess(
+        cluster,
+        "--leader-elect",  # its lease renewals are requests every 2 s, job or no job
+        f"--leader-election-namespace={SA_NS}",
+        "--leader-election-id=tfjob-controller-exec-test",
+        log_name="tfjob-controller-exec",
+        kubeconfig=str(kubeconfig),
+    )
+    try:
+        limited.start()
+        run_to_success(kube, namespace, "before")
+        # Three expiries later: each token was replaced as it ran out, not per request.
+        wait_for(lambda: len(runs(log)) >= 4, 4 * LIFE + 30, "three renewals")
+        run_to_success(kube, namespace, "after")
+        times = runs(log)
+        # each run replaced a token about to expire: none ran per request
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert all(gap > LIFE / 2 for gap in gaps), gaps
+        text = limited.log_text()
+        assert "exec credential refreshed" in text
+        assert "unauthorized" not in text
+    finally:
+        code = limited.stop()
+        controller.start()  # whatever happened: the tests after this one need it
+    assert code == 0
