@@ -14,15 +14,18 @@ standard ``process_*`` metrics from /proc, as the Go and Python clients do.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import resource
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Labels = tuple[str, ...]
 Sample = tuple[str, dict[str, str], float]
+C = TypeVar("C")
 
 
 def format_value(v: float) -> str:
@@ -41,7 +44,9 @@ def _escape_help(v: str) -> str:
     return v.replace("\\", r"\\").replace("\n", r"\n")
 
 
-class _Family:
+class _Family(Generic[C]):
+    """A metric family: one child of type C per label-value tuple."""
+
     kind = ""
 
     def __init__(
@@ -50,18 +55,19 @@ class _Family:
         self.name = name
         self.documentation = documentation
         self.labelnames: Labels = tuple(labelnames)
-        self._children: dict[Labels, object] = {}
+        self._children: dict[Labels, C] = {}
         registry.register(self)
 
-    def _child(self, values: Labels) -> object:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
-        child = self._children.get(values)
+    def labels(self, *values: str) -> C:
+        key = tuple(str(v) for v in values)
+        if len(key) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {key}")
+        child = self._children.get(key)
         if child is None:
-            child = self._children[values] = self._new_child()
+            child = self._children[key] = self._new_child()
         return child
 
-    def _new_child(self) -> object:
+    def _new_child(self) -> C:
         raise NotImplementedError
 
     def _labels(self, values: Labels, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -89,16 +95,11 @@ class CounterChild:
         self.value += amount
 
 
-class Counter(_Family):
+class Counter(_Family[CounterChild]):
     kind = "counter"
 
     def _new_child(self) -> CounterChild:
         return CounterChild()
-
-    def labels(self, *values: str) -> CounterChild:
-        child = self._child(tuple(str(v) for v in values))
-        assert isinstance(child, CounterChild)
-        return child
 
     def inc(self, amount: float = 1.0) -> None:
         self.labels().inc(amount)
@@ -109,7 +110,6 @@ class Counter(_Family):
     def samples(self) -> Iterator[Sample]:
         name = self.exposed_name()
         for values, child in self._children.items():
-            assert isinstance(child, CounterChild)
             yield name, self._labels(values), child.value
 
 
@@ -137,23 +137,17 @@ class GaugeChild:
         return float(self._function()) if self._function is not None else self.value
 
 
-class Gauge(_Family):
+class Gauge(_Family[GaugeChild]):
     kind = "gauge"
 
     def _new_child(self) -> GaugeChild:
         return GaugeChild()
-
-    def labels(self, *values: str) -> GaugeChild:
-        child = self._child(tuple(str(v) for v in values))
-        assert isinstance(child, GaugeChild)
-        return child
 
     def set(self, value: float) -> None:
         self.labels().set(value)
 
     def samples(self) -> Iterator[Sample]:
         for values, child in self._children.items():
-            assert isinstance(child, GaugeChild)
             yield self.name, self._labels(values), child.get()
 
 
@@ -169,16 +163,14 @@ class HistogramChild:
     def observe(self, value: float) -> None:
         self.sum += value
         self.count += 1
-        for i, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[i] += 1
-                break
+        # the first bound >= value; the last bound is +Inf, so there always is one
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
 
 
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
 
-class Histogram(_Family):
+class Histogram(_Family[HistogramChild]):
     kind = "histogram"
 
     def __init__(
@@ -196,22 +188,16 @@ class Histogram(_Family):
         self.bounds = tuple(bounds)
         super().__init__(name, documentation, labelnames, registry=registry)
         if not self.labelnames:
-            self._child(())  # an unlabelled histogram is there from the start
+            self.labels()  # an unlabelled histogram is there from the start
 
     def _new_child(self) -> HistogramChild:
         return HistogramChild(self.bounds)
-
-    def labels(self, *values: str) -> HistogramChild:
-        child = self._child(tuple(str(v) for v in values))
-        assert isinstance(child, HistogramChild)
-        return child
 
     def observe(self, value: float) -> None:
         self.labels().observe(value)
 
     def samples(self) -> Iterator[Sample]:
         for values, child in self._children.items():
-            assert isinstance(child, HistogramChild)
             cumulative = 0
             for bound, n in zip(self.bounds, child.counts, strict=True):
                 cumulative += n
@@ -227,10 +213,10 @@ Collector = Callable[[], Iterable[tuple[str, str, str, list[Sample]]]]
 
 class Registry:
     def __init__(self) -> None:
-        self._families: dict[str, _Family] = {}
+        self._families: dict[str, _Family[Any]] = {}
         self._collectors: list[Collector] = []
 
-    def register(self, family: _Family) -> None:
+    def register(self, family: _Family[Any]) -> None:
         name = family.exposed_name()
         if name in self._families:
             raise ValueError(f"metric {name} registered twice")

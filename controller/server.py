@@ -81,8 +81,13 @@ def _check(checks: Sequence[Check], name: str) -> Response:
     return 200, "text/plain", b"ok\n"
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
-_REASONS[500] = "Internal Server Error"
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+}
 
 
 class ProbeServers:
@@ -133,7 +138,10 @@ class ProbeServers:
             task_status.started()
 
     async def _accept(
-        self, listener: Any, routes: dict[str, Callable[[], Response]], tg: TaskGroup
+        self,
+        listener: MultiListener[SocketStream],
+        routes: dict[str, Callable[[], Response]],
+        tg: TaskGroup,
     ) -> None:
         async with listener:
             await listener.serve(lambda stream: self._handle(stream, routes), task_group=tg)

@@ -19,7 +19,7 @@ FRAMEWORK = "tensorflow"
 class JobMetrics:
     def __init__(self, registry: Registry | None = None) -> None:
         labels = ["job_namespace", "framework"]
-        kw: dict[str, Any] = {"registry": registry if registry is not None else Registry()}
+        kw = {"registry": registry if registry is not None else Registry()}
         self.created = Counter("training_operator_jobs_created", "TFJobs created", labels, **kw)
         self.deleted = Counter(
             "training_operator_jobs_deleted", "TFJobs deleted after their TTL", labels, **kw
