@@ -6,7 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos
+.PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
+	image-test
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -41,10 +42,11 @@ lint: venv
 unit: venv
 	$(PY) -m pytest tests/unit -q
 
-# Every test: lint and layering checks, unit tests, and the cluster tests against
-# the real local control plane (left running afterwards for fast re-runs).
+# Every test: lint and layering checks, unit tests, the cluster tests against the real
+# local control plane (left running afterwards for fast re-runs), then the image test.
 test: lint cluster
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
+	PYTHON=$(PY) hack/image-test.sh
 
 # The long fuzz runs (make test runs short seeded ones): 10,000 specs through the pure
 # path, 1,000 through the real apiserver and controller. TFJOB_FUZZ_SEED picks the seed.
@@ -53,13 +55,18 @@ fuzz: cluster
 	TFJOB_KEEP_CLUSTER=1 TFJOB_FUZZ_CLUSTER_EXAMPLES=1000 $(PY) -m pytest -p no:cacheprovider -s \
 		tests/cluster/test_fuzz_cluster.py
 
-# The image's pinned, hashed dependencies (config/manager/requirements.lock), from
-# pyproject.toml's; run after changing them (tests/unit/test_packaging.py checks).
+# The image's pinned, hashed dependencies (config/manager/requirements.lock) and build
+# backend (build-requirements.lock), from pyproject.toml's; run after changing either
+# (tests/unit/test_packaging.py checks).
 lock: venv
 	$(PY) -m pip install --quiet uv
 	$(VENV)/bin/uv pip compile pyproject.toml --generate-hashes --no-header \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		-o config/manager/requirements.lock
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' \
+		| $(VENV)/bin/uv pip compile - --generate-hashes --no-header \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		-o config/manager/build-requirements.lock
 
 bench: binaries
 	hack/bench $(BENCH_ARGS)
@@ -75,3 +82,10 @@ bench-upstream: binaries
 chaos: binaries
 	rc=0; for seed in 1 2 3; do $(PY) -m tests.chaos --seed $$seed $(CHAOS_ARGS) || rc=1; done; \
 		exit $$rc
+
+# The image really run: a Docker engine (Debian's docker.io, installed and started when
+# none answers, stopped again), a base image made from Debian's packages, the image
+# built on it with config/manager/Dockerfile, then run with the Deployment's security
+# settings against a local cluster of its own until a sample TFJob succeeds.
+image-test: binaries
+	PYTHON=$(PY) hack/image-test.sh

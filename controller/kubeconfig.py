@@ -12,12 +12,21 @@ bare modules that only know where their files are: the loader's modules and
 names ``ApiClient`` (only for helpers that build a generated client, which the
 controller does not use); it gets a stand-in that says so if ever called. When the
 package is already imported in full (a test, a user's program), it is used as it is.
+
+Credentials given inline (``certificate-authority-data``, ``client-key-data``, an exec
+plugin's ``clientKeyData``) must reach OpenSSL as a path. The loader writes them to
+files under the temporary directory, which fails in a container with a read-only root
+filesystem (as the Deployment runs it) and leaves private keys on disk. On Linux they go
+to anonymous memory files instead (memfd_create, opened as /proc/self/fd/N): nothing is
+written to a filesystem, and nothing outlives the process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -46,6 +55,29 @@ def _bare_package(name: str) -> types.ModuleType:
     return module
 
 
+#: content digest -> the memory file's path; the files live as long as the process (a
+#: kubeconfig has a few; an exec plugin that hands out certificates adds a pair a run)
+_memory_files: dict[str, str] = {}
+
+
+def memory_file(content: bytes | str) -> str:
+    """A path OpenSSL can open that holds ``content``, in memory only (Linux)."""
+    data = content.encode() if isinstance(content, str) else content
+    key = hashlib.sha256(data).hexdigest()
+    path = _memory_files.get(key)
+    if path is None:
+        fd = os.memfd_create("kubeconfig-credential", os.MFD_CLOEXEC)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        path = _memory_files[key] = f"/proc/self/fd/{fd}"
+    return path
+
+
+def _in_memory(self: Any, content: bytes | str) -> str:
+    return memory_file(content)
+
+
 def config_module() -> Any:
     """``kubernetes_asyncio.config`` (load_kube_config, load_incluster_config)."""
     if PACKAGE not in sys.modules:
@@ -55,7 +87,11 @@ def config_module() -> Any:
         client.Configuration = configuration.Configuration  # type: ignore[attr-defined]
         client.ApiClient = _NoApiClient  # type: ignore[attr-defined]
         top.client = client  # type: ignore[attr-defined]
-    return importlib.import_module(f"{PACKAGE}.config")
+    module = importlib.import_module(f"{PACKAGE}.config")
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        loader = importlib.import_module(f"{PACKAGE}.config.kube_config")
+        loader.FileOrData._create_temp_file_with_content = _in_memory
+    return module
 
 
 def new_configuration() -> Configuration:

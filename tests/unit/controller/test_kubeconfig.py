@@ -3,10 +3,17 @@ client. Checked in a fresh interpreter, since this one has loaded the package in
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
+
+from controller.api import _ssl_context, load_configuration
 
 KUBECONFIG = """
 apiVersion: v1
@@ -53,3 +60,68 @@ def test_the_kubeconfig_loads_without_the_generated_client(tmp_path: Path) -> No
     assert "t0ken" in str(got["token"])
     assert got["models"] is False, "the generated API client was imported"
     assert got["stand_in"] is True
+
+
+def _self_signed(tmp_path: Path) -> tuple[bytes, bytes]:
+    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=test"
+        f" -days 1 -keyout {key} -out {crt}".split(),
+        check=True,
+        capture_output=True,
+    )
+    return crt.read_bytes(), key.read_bytes()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+async def test_inline_credentials_never_touch_a_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only root filesystem (the Deployment's) has no temporary directory: inline
+    CA, certificate and key reach OpenSSL from memory, and the TLS context loads them."""
+    crt, key = _self_signed(tmp_path)
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": "https://192.0.2.7:6443",
+                            "certificate-authority-data": b64(crt),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "client-certificate-data": b64(crt),
+                            "client-key-data": b64(key),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+
+    def no_temp_files(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a credential was written to a temporary file")
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_temp_files)
+    cfg = await load_configuration(str(path))
+    for attr, want in (("ssl_ca_cert", crt), ("cert_file", crt), ("key_file", key)):
+        got = getattr(cfg, attr)
+        assert got.startswith("/proc/self/fd/"), (attr, got)
+        assert _read(got) == want
+    assert _ssl_context(cfg).verify_mode == ssl.CERT_REQUIRED
