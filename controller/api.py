@@ -119,10 +119,11 @@ async def load_configuration(
     if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
         kube_config.load_incluster_config(client_configuration=cfg)
         return cfg
+    # persist_config: an OIDC refresh saves the new tokens back, as kubectl does
     loader = await kube_config.load_kube_config(
-        config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
+        config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=True
     )
-    credentials.install(cfg, loader)  # an exec plugin's token, run again when due
+    credentials.install(cfg, loader)  # an exec plugin's or OIDC token, fetched when due
     return cfg
 
 
@@ -173,6 +174,11 @@ class KubeApi:
         self._session: aiohttp.ClientSession | None = None
         self._stream_session: aiohttp.ClientSession | None = None
         self._remembered_auth: str | None = None
+        #: the client certificate the sessions were opened with (an exec plugin's may
+        #: change); sessions of an older one, still carrying their streams, are closed
+        #: with the client
+        self._tls_generation = 0
+        self._retired: list[aiohttp.ClientSession] = []
         #: the client whose connections a sibling uses (and closes)
         self._owner: KubeApi | None = None
 
@@ -201,10 +207,11 @@ class KubeApi:
     async def close(self) -> None:
         if self._owner is not None:
             return  # the connections are the owner's
-        for session in (self._session, self._stream_session):
+        for session in (self._session, self._stream_session, *self._retired):
             if session is not None:
                 await session.close()
         self._session = self._stream_session = None
+        self._retired.clear()
 
     def _new_session(self, pool_size: int) -> aiohttp.ClientSession:
         # Building a TLS context loads CA certificates (system ones when the kubeconfig
@@ -223,6 +230,12 @@ class KubeApi:
     def _get_session(self, stream: bool) -> aiohttp.ClientSession:
         if self._owner is not None:
             return self._owner._get_session(stream)
+        creds = credentials.of(self.configuration)
+        if creds is not None and creds.tls_generation != self._tls_generation:
+            # a new client certificate: new connections carry it, open streams go on
+            self._tls_generation = creds.tls_generation
+            self._retired += [s for s in (self._session, self._stream_session) if s is not None]
+            self._session = self._stream_session = None
         # Sessions are created lazily because aiohttp binds them to the running loop.
         if stream:
             if self._stream_session is None:
@@ -234,6 +247,10 @@ class KubeApi:
 
     async def _auth_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
+        creds = credentials.of(self.configuration)
+        if creds is not None and "BearerToken" not in self.configuration.api_key:
+            # a client certificate from an exec plugin: no token whose read runs the hook
+            await creds.refresh(self.configuration)
         # auth_settings() runs the token refresh hook (in-cluster projected tokens rotate)
         settings = await self.configuration.auth_settings()
         bearer = settings.get("BearerToken")
@@ -289,9 +306,9 @@ class KubeApi:
         data = None if body is None else encode_json(body)
         total = request_timeout if request_timeout is not None else self.settings.request_timeout
         client_timeout = aiohttp.ClientTimeout(total=total, connect=self.settings.connect_timeout)
-        session = self._get_session(stream=False)
         for attempt in range(2):
             headers = await self._auth_headers()
+            session = self._get_session(stream=False)  # after: the credential may be new
             if data is not None:
                 headers["Content-Type"] = content_type
             await self._bucket.acquire(priority)
@@ -315,15 +332,15 @@ class KubeApi:
         return decoded if isinstance(decoded, dict) else {"items": decoded}
 
     async def _renew_credentials(self, method: str, path: str) -> bool:
-        """A 401: run the kubeconfig's exec plugin again, if it has one. True when that
-        gave a new token worth one more try."""
+        """A 401: fetch the kubeconfig's expiring credential again (exec plugin, OIDC),
+        if it has one. True when that gave a new one worth one more try."""
         creds = credentials.of(self.configuration)
         renewed = creds is not None and await creds.renew(self.configuration)
         if not renewed:
             log.warning(
                 "unauthorized: the apiserver refused the credential",
                 request=f"{method} {path}",
-                exec_plugin=creds is not None,
+                refreshable=creds is not None,
             )
         return renewed
 
@@ -341,9 +358,9 @@ class KubeApi:
         client_timeout = aiohttp.ClientTimeout(
             total=None, connect=self.settings.connect_timeout, sock_read=sock_read
         )
-        session = self._get_session(stream=True)
         for attempt in range(2):
             headers = await self._auth_headers()
+            session = self._get_session(stream=True)
             await self._bucket.acquire()
             try:
                 resp = await session.request(

@@ -31,6 +31,9 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from controller.credentials import refresh_oidc
+from controller.execplugin import load_from_plugin
+
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.configuration import Configuration
 
@@ -88,8 +91,11 @@ def config_module() -> Any:
         client.ApiClient = _NoApiClient  # type: ignore[attr-defined]
         top.client = client  # type: ignore[attr-defined]
     module = importlib.import_module(f"{PACKAGE}.config")
+    loader = importlib.import_module(f"{PACKAGE}.config.kube_config")
+    # the exec protocol and the OIDC refresh as client-go has them (see those modules)
+    loader.KubeConfigLoader.load_from_exec_plugin = load_from_plugin
+    loader.KubeConfigLoader._refresh_oidc = refresh_oidc
     if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        loader = importlib.import_module(f"{PACKAGE}.config.kube_config")
         loader.FileOrData._create_temp_file_with_content = _in_memory
     return module
 

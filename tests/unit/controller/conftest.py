@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
@@ -38,18 +41,37 @@ async def get_soon(q: WorkQueue[str]) -> str:
 
 
 @asynccontextmanager
-async def serving(gets: Mapping[str, Handler]) -> AsyncIterator[str]:
-    """GET handlers by route, served on a free loopback port: the base URL (a local
-    stand-in for the apiserver, for the real HTTP client)."""
+async def serving(
+    gets: Mapping[str, Handler],
+    posts: Mapping[str, Handler] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> AsyncIterator[str]:
+    """Handlers by route, served on a free loopback port (over TLS when given a server
+    context): the base URL (a local stand-in for the apiserver or another server, for
+    the real HTTP client)."""
     app = web.Application()
     for route, handler in gets.items():
         app.router.add_get(route, handler)
+    for route, handler in (posts or {}).items():
+        app.router.add_post(route, handler)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+def self_signed(tmp_path: Path, name: str = "test") -> tuple[Path, Path]:
+    """A throwaway certificate for 127.0.0.1 and its key (openssl): (cert, key)."""
+    crt, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    subprocess.run(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1"
+        f" -subj /CN={name} -addext subjectAltName=IP:127.0.0.1 -keyout {key} -out {crt}".split(),
+        check=True,
+        capture_output=True,
+    )
+    return crt, key

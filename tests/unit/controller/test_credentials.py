@@ -48,7 +48,7 @@ def configured(loader: FakeLoader, wall: list[float]) -> tuple[Configuration, An
     cfg.api_key["BearerToken"] = loader.token
     creds = credentials.ExecCredentials(loader, wall=lambda: wall[0])
     cfg.refresh_api_key_hook = creds.refresh
-    cfg.exec_credentials = creds
+    cfg.refreshing_credentials = creds
     return cfg, creds
 
 

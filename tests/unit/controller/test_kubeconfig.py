@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from controller.api import _ssl_context, load_configuration
+from tests.unit.controller.conftest import self_signed
 
 KUBECONFIG = """
 apiVersion: v1
@@ -62,17 +63,6 @@ def test_the_kubeconfig_loads_without_the_generated_client(tmp_path: Path) -> No
     assert got["stand_in"] is True
 
 
-def _self_signed(tmp_path: Path) -> tuple[bytes, bytes]:
-    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
-    subprocess.run(
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=test"
-        f" -days 1 -keyout {key} -out {crt}".split(),
-        check=True,
-        capture_output=True,
-    )
-    return crt.read_bytes(), key.read_bytes()
-
-
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -83,7 +73,8 @@ async def test_inline_credentials_never_touch_a_filesystem(
 ) -> None:
     """A read-only root filesystem (the Deployment's) has no temporary directory: inline
     CA, certificate and key reach OpenSSL from memory, and the TLS context loads them."""
-    crt, key = _self_signed(tmp_path)
+    crt_path, key_path = self_signed(tmp_path)
+    crt, key = crt_path.read_bytes(), key_path.read_bytes()
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     path = tmp_path / "kubeconfig"
     path.write_text(
