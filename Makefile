@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test
+	image-test kind-e2e
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -89,3 +89,8 @@ chaos: binaries
 # settings against a local cluster of its own until a sample TFJob succeeds.
 image-test: binaries
 	PYTHON=$(PY) hack/image-test.sh
+
+# For those with Docker and a registry: a kind cluster, the image loaded and deployed, a
+# sample to Succeeded, then the cluster tests against it (hack/kind.sh e2e).
+kind-e2e: venv
+	PYTHON=$(PY) hack/kind.sh e2e

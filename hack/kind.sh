@@ -5,6 +5,9 @@
 #   load    build the image (config/manager/Dockerfile) and load it into the nodes
 #   deploy  kubectl apply -k config/default, wait for the rollout, run a sample to Succeeded
 #   down    delete the cluster
+#   e2e     up, load, deploy, then the cluster test suite against the kind cluster
+#           (TFJOB_TEST_KUBECONFIG; tests that need the local cluster's kwok nodes or
+#           processes are deselected) with the deployed controller scaled to 0 meanwhile
 # Without Docker it says so in one line and exits 1; nothing else needs it.
 set -euo pipefail
 
@@ -68,13 +71,28 @@ case "${1:-}" in
     log "waiting for tfjob/$name to succeed"
     kctl -n default wait "tfjob/$name" --for=condition=Succeeded --timeout 600s
     ;;
+  e2e)
+    need_docker
+    "$0" up
+    "$0" load
+    "$0" deploy
+    kubeconfig=$(mktemp)
+    trap 'rm -f "$kubeconfig"; kctl -n kubeflow scale deployment/tfjob-controller --replicas 1 >/dev/null' EXIT
+    "$KIND" get kubeconfig --name "$NAME" >"$kubeconfig"
+    # The suite starts controllers of its own: the deployed one would race them.
+    kctl -n kubeflow scale deployment/tfjob-controller --replicas 0
+    kctl -n kubeflow wait pod -l app.kubernetes.io/name=tfjob-controller --for=delete --timeout 120s
+    log "the cluster test suite against kind-$NAME"
+    TFJOB_TEST_KUBECONFIG="$kubeconfig" "${PYTHON:-$REPO/.venv/bin/python}" -m pytest -p no:cacheprovider \
+      "$REPO/tests/cluster"
+    ;;
   down)
     need_docker
     build_kind
     "$KIND" delete cluster --name "$NAME"
     ;;
   *)
-    echo "usage: $0 up|load|deploy|down|build-kind" >&2
+    echo "usage: $0 up|load|deploy|e2e|down|build-kind" >&2
     exit 2
     ;;
 esac

@@ -12,8 +12,9 @@ from typing import Any
 
 
 class Api:
-    def __init__(self, d: Path, port: int) -> None:
-        self.base = f"https://127.0.0.1:{port}"
+    def __init__(self, d: Path, port: int, server: str | None = None) -> None:
+        """The cluster in ``d`` (its pki/) on loopback ``port``, or at ``server``."""
+        self.base = server.rstrip("/") if server else f"https://127.0.0.1:{port}"
         self.ctx = ssl.create_default_context(cafile=str(d / "pki" / "ca.crt"))
         self.ctx.load_cert_chain(str(d / "pki" / "admin.crt"), str(d / "pki" / "admin.key"))
 

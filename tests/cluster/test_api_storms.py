@@ -16,10 +16,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cluster.faultproxy import FaultProxy, Injection
 from tests.cluster.kube import ControllerProcess, Kube, condition, wait_for, wait_job, wait_running
 from tests.cluster.policy_helpers import make_job, metric
 from tests.conftest import Cluster
+
+#: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
+pytestmark = pytest.mark.local_only
 
 SEED = 20261203
 

@@ -13,6 +13,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from reconcile.status_types import parse_indexes
 from tests.cluster.kube import (
     ControllerProcess,
@@ -33,6 +35,9 @@ from tests.cluster.policy_helpers import (
     svc_names,
 )
 from tests.conftest import Cluster
+
+#: needs kwok pods killed and exited on the test's say
+pytestmark = pytest.mark.local_only
 
 SEED = 20240601
 KILLS = 20

@@ -29,6 +29,9 @@ import pytest
 
 from tests.conftest import REPO
 
+#: needs the chaos harness: kwok pods, apiserver and etcd restarts
+pytestmark = pytest.mark.local_only
+
 SEED = 11
 SHORT = (
     "--jobs=12",

@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import pytest
 
 from controller import errors
 from controller.api import KubeApi
@@ -148,6 +149,7 @@ async def test_informer_sees_changes_in_order_and_matches_list(
             await eventually(lambda: store_matches_list(inf, pods, namespace), "store == LIST")
 
 
+@pytest.mark.local_only  # restarts the local apiserver
 async def test_informer_recovers_after_apiserver_restart(cluster: Cluster, namespace: str) -> None:
     async with await KubeApi.from_kubeconfig(cluster.kubeconfig) as api:
         pods = ResourceClient(api, PODS)
@@ -173,6 +175,7 @@ async def test_informer_recovers_after_apiserver_restart(cluster: Cluster, names
             await eventually(lambda: store_matches_list(inf, pods, namespace), "store == LIST")
 
 
+@pytest.mark.local_only  # restarts the local apiserver
 async def test_informer_relists_after_410_and_emits_vanished_deletes(
     cluster: Cluster, namespace: str
 ) -> None:

@@ -8,6 +8,7 @@ import itertools
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.cluster.kube import (
@@ -21,6 +22,9 @@ from tests.cluster.kube import (
 )
 from tests.cluster.test_rbac import SA_NS, apply_controller_rbac
 from tests.conftest import REPO, Cluster
+
+#: needs kwok pods that exit on the test's say
+pytestmark = pytest.mark.local_only
 
 PLUGIN = REPO / "tests" / "cluster" / "plugins" / "sa_token_exec.py"
 LIFE = 15  # seconds the plugin says each token lives

@@ -28,6 +28,9 @@ from tests.cluster.policy_helpers import make_job
 from tests.cluster.test_hostile_input import HealthProbe
 from tests.strategies import small_replica_counts, tfjobs
 
+#: needs kwok pods that exit on the test's say
+pytestmark = pytest.mark.local_only
+
 EXAMPLES = int(os.environ.get("TFJOB_FUZZ_CLUSTER_EXAMPLES", "100"))
 SEED = int(os.environ.get("TFJOB_FUZZ_SEED", "20261203"))
 STATS: Counter[str] = Counter()

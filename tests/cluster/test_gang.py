@@ -43,6 +43,9 @@ from tests.cluster.test_gang_scheduler import (
 )
 from tests.conftest import Cluster
 
+#: needs the local cluster's gang scheduler and kwok pods
+pytestmark = pytest.mark.local_only
+
 PLUGINS = gang.SCHEDULER_NAME
 PG_PLUGINS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
 PG_VOLCANO = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"

@@ -20,6 +20,9 @@ from tests.cluster.kube import ControllerProcess, Kube, PodHistory, wait_for, wa
 from tests.cluster.policy_helpers import make_job, rs, settled
 from tests.conftest import Cluster
 
+#: needs the local cluster's gang scheduler and kwok pods
+pytestmark = pytest.mark.local_only
+
 ANNOTATION = "training.kubeflow.org/gang-restart"
 
 

@@ -20,6 +20,9 @@ import pytest
 from tests.cluster.kube import Kube, WatchThread, wait_for
 from tests.conftest import Cluster, cluster_mod
 
+#: needs the local cluster's gang scheduler and kwok pods
+pytestmark = pytest.mark.local_only
+
 gang = cluster_mod.gang
 NODE_KEY = "tfjob-test/gang-nodes"
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"

@@ -7,6 +7,8 @@ import time
 import urllib.request
 from typing import Any
 
+import pytest
+
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,
@@ -23,6 +25,7 @@ from tests.conftest import Cluster
 LABEL = "training.kubeflow.org/"
 
 
+@pytest.mark.local_only  # kwok pods that exit on the test's say
 def test_zero_replica_chief_counts_as_absent_and_worker0_decides(
     controller: ControllerProcess, kube: Kube, namespace: str
 ) -> None:
@@ -166,6 +169,7 @@ def test_a_create_a_limit_range_forbids_fails_the_job_with_its_message(
     _assert_failed_by_refusal(kube, namespace, name, "maximum cpu usage per Container is 1")
 
 
+@pytest.mark.local_only  # kwok pods that exit on the test's say
 def test_an_unreadable_status_on_a_finished_job_fails_closed(
     controller: ControllerProcess, kube: Kube, namespace: str
 ) -> None:
@@ -223,6 +227,7 @@ def _lag_buckets(text: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.local_only  # kwok pods that exit on the test's say
 def test_the_largest_job_allowed_is_created_while_a_small_one_finishes(
     cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str
 ) -> None:
@@ -322,6 +327,7 @@ def test_renaming_master_to_chief_never_runs_both_coordinators(
         assert deleted < created, history.events
 
 
+@pytest.mark.local_only  # kwok pods that exit on the test's say
 def test_a_chief_deleted_gracefully_that_exits_0_succeeds_the_job(
     controller: ControllerProcess, kube: Kube, namespace: str
 ) -> None:

@@ -37,6 +37,9 @@ from tests.cluster.kube import ControllerProcess, Kube, wait_for, wait_job
 from tests.cluster.policy_helpers import TEMPLATE, make_job, metric
 from tests.conftest import Cluster
 
+#: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
+pytestmark = pytest.mark.local_only
+
 #: controller/leader.py's defaults, which the binary uses
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 10.0

@@ -18,6 +18,9 @@ from kubernetes_asyncio import client, config
 
 from tests.conftest import REPO, Cluster, cluster_mod
 
+#: needs the local cluster itself
+pytestmark = pytest.mark.local_only
+
 
 @pytest.fixture
 async def api(cluster: Cluster) -> AsyncIterator[client.ApiClient]:

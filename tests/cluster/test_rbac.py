@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.cluster.kube import (
@@ -20,6 +21,9 @@ from tests.cluster.kube import (
     wait_running,
 )
 from tests.conftest import REPO, Cluster
+
+#: needs kwok pods that exit on the test's say
+pytestmark = pytest.mark.local_only
 
 SA_NS = "kubeflow"
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,
@@ -33,6 +35,9 @@ from tests.cluster.policy_helpers import (
     uid_of,
 )
 from tests.conftest import Cluster
+
+#: needs kwok pods that exit on the test's say
+pytestmark = pytest.mark.local_only
 
 RESTARTING = ("True", "TFJobRestarting")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from kubeflow.training import (
     KubeflowOrgV1ReplicaSpec,
     KubeflowOrgV1RunPolicy,
@@ -15,6 +16,9 @@ from kubernetes import client as k8s
 
 from tests.cluster.kube import ControllerProcess, Kube, wait_for
 from tests.conftest import Cluster
+
+#: needs kwok pods that exit on the test's say
+pytestmark = pytest.mark.local_only
 
 
 def sdk_tfjob(name: str, namespace: str, workers: int) -> KubeflowOrgV1TFJob:

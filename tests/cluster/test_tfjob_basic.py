@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,
@@ -18,6 +20,9 @@ from tests.cluster.kube import (
     wait_running,
 )
 from tests.conftest import Cluster
+
+#: needs kwok pods that exit on the test's say
+pytestmark = pytest.mark.local_only
 
 LABEL = "training.kubeflow.org/"
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from reconcile.names import TRACKING_FINALIZER
 from tests.cluster.kube import ControllerProcess, Kube, PodHistory, wait_for, wait_job, wait_running
 from tests.cluster.policy_helpers import (
@@ -25,6 +27,9 @@ from tests.cluster.policy_helpers import (
     uid_of,
 )
 from tests.conftest import Cluster
+
+#: needs kwok pods that exit on the test's say
+pytestmark = pytest.mark.local_only
 
 
 def terminating(pod: dict[str, Any] | None, phase: str) -> bool:

@@ -19,7 +19,7 @@ def test_without_docker_one_clear_line_and_a_non_zero_exit(tmp_path: Path) -> No
         os.symlink(found, bin_dir / tool)
     bash = shutil.which("bash")
     assert bash is not None
-    for verb in ("up", "load", "deploy", "down"):
+    for verb in ("up", "load", "deploy", "e2e", "down"):
         proc = subprocess.run(
             [bash, str(REPO / "hack" / "kind.sh"), verb],
             env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
