@@ -135,7 +135,10 @@ class Plan:
     ends: list[str] = field(default_factory=list)
 
 
-def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
+def compute_plan(snap: Snapshot, config: PlanConfig, *, status_only: bool = False) -> Plan:
+    """What a pass does to the job and its children, from a snapshot. ``status_only``:
+    a running job's status and its events alone, no children's writes (a pass still
+    waiting on its own creates, which reports progress only, needs no more)."""
     view = snap.job
     if view.managed_by_other:
         return Plan(skip_reason="managed-by-other")
@@ -180,7 +183,7 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
             podgroup=_podgroup_delete(snap, config),
         )
     try:
-        plan = _active_plan(snap, tfjob, now, config)
+        plan = _active_plan(snap, tfjob, now, config, status_only=status_only)
         return replace(plan, events=[*takeover, *plan.events]) if takeover else plan
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
         # Validation checks every shape the planner reads; should an odd template get
@@ -190,7 +193,9 @@ def compute_plan(snap: Snapshot, config: PlanConfig) -> Plan:
         return replace(_invalid_plan(view, message, now), skip_reason="unplannable")
 
 
-def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> Plan:
+def _active_plan(
+    snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig, *, status_only: bool = False
+) -> Plan:
     old = snap.job.status
     clock = active_clock(old, tfjob.name, now)
     whole = gang_restart.enabled(tfjob)
@@ -224,6 +229,8 @@ def _active_plan(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig
         new = new.model_copy(update={"conditions": conds})
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
     plan = replace(_status_plan(old, new, failed_event_type=failed_event_type), ends=ends)
+    if status_only:
+        return plan
     if verdict is not None:
         pods = [*snap.pods, *stale]
         done = finishing_cleanup(snap.job.run_policy, pods, snap.services, now, snap.now)

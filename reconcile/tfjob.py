@@ -21,6 +21,7 @@ the end, then delete" (see reconcile.restart).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import anyio.to_thread
 import structlog
@@ -209,7 +210,7 @@ class TFJobReconciler:
         return Result(requeue_after=requeue_after)
 
     async def _plan(
-        self, key: str, raw: JSON, pods: list[JSON], services: list[JSON]
+        self, key: str, raw: JSON, pods: list[JSON], services: list[JSON], status_only: bool = False
     ) -> tuple[JobView, Plan]:
         namespace, name = split_key(key)
         view = self.specs.read(key, raw)
@@ -224,8 +225,9 @@ class TFJobReconciler:
         )
         if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
             # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
-            return view, await anyio.to_thread.run_sync(compute_plan, snap, self.config)
-        return view, compute_plan(snap, self.config)
+            plan = partial(compute_plan, snap, self.config, status_only=status_only)
+            return view, await anyio.to_thread.run_sync(plan)
+        return view, compute_plan(snap, self.config, status_only=status_only)
 
     async def _while_creating(self, key: str, raw: JSON) -> Result:
         """A job whose own creates (or deletes) are not all seen yet may not plan: it
@@ -244,7 +246,7 @@ class TFJobReconciler:
         uid = raw["metadata"]["uid"]
         pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, uid)
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
-        view, plan = await self._plan(key, raw, pods, services)
+        view, plan = await self._plan(key, raw, pods, services, status_only=True)
         if plan.status is None or not plan.reports_progress or plan.skip_reason:
             return waiting
         wait = self.pacer.delay(key)

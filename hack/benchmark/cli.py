@@ -7,7 +7,9 @@ import argparse
 import asyncio
 import json
 import os
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from hack.benchmark import __doc__ as package_doc
 from hack.benchmark.common import REPO, parse_modes, say
@@ -16,6 +18,7 @@ from hack.benchmark.floor import run_floor
 from hack.benchmark.harness import ControllerPhase, ours_phase, run_controller
 from hack.benchmark.report import fmt, plot, render_profile, report
 from hack.benchmark.results import ModeRun
+from hack.benchmark.scaling import run_scaling, scaling_json, scaling_plot, scaling_report
 from hack.benchmark.upstream import build_upstream, upstream_name, upstream_phases
 
 
@@ -35,6 +38,23 @@ async def bench(
             + ", ".join(f"{r.name} {fmt(r.creation_s, '.2f')}s" for r in [*controllers, floor])
         )
     return runs
+
+
+T = TypeVar("T")
+
+
+def on_cluster(args: argparse.Namespace, work: Coroutine[Any, Any, T]) -> T | None:
+    """Run the bench's work on its cluster, stopping the cluster after (unless
+    --keep-cluster); None when interrupted."""
+    try:
+        return asyncio.run(work)
+    except KeyboardInterrupt:
+        say("interrupted")
+        return None
+    finally:
+        if not args.keep_cluster:
+            say("stopping the bench cluster (--keep-cluster leaves it up)")
+            cluster_down()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         "hack/build-binaries.sh --upstream-operator) with --controller-threads and with its "
         "default 1, per QPS mode",
     )
+    p.add_argument(
+        "--scaling",
+        type=lambda text: sorted({int(x) for x in text.split(",") if x.strip()}),
+        default=None,
+        help="comma-separated job counts, e.g. 50,200,800: each controller phase at each"
+        " count, in the first --qps mode only, no floor; CPU per pod, peak RSS and the RSS"
+        " slope per cached object (scaling.md, scaling.json, scaling.png)",
+    )
     p.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster up")
     p.add_argument("--out", default=str(REPO / "bench-out"))
     args = p.parse_args(argv)
@@ -90,16 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     if "upstream" in args.compare:
         others += upstream_phases(build_upstream(), args.controller_threads)
         args.upstream_name = upstream_name()
+    if args.scaling:
+        return scaling_main(args, out, others)
     env = cluster_up(args, args.jobs * args.replicas)
-    try:
-        runs = asyncio.run(bench(args, env, out, others))
-    except KeyboardInterrupt:
-        say("interrupted")
+    runs = on_cluster(args, bench(args, env, out, others))
+    if runs is None:
         return 130
-    finally:
-        if not args.keep_cluster:
-            say("stopping the bench cluster (--keep-cluster leaves it up)")
-            cluster_down()
     if args.profile:
         render_profile(out)
     table = report(args, runs)
@@ -112,4 +136,22 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table)
     say(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'created-over-time.png'}")
+    return 0
+
+
+def scaling_main(args: argparse.Namespace, out: Path, others: list[ControllerPhase]) -> int:
+    if min(args.scaling) < 1:
+        raise SystemExit("--scaling: job counts must be >= 1")
+    env = cluster_up(args, max(args.scaling) * args.replicas)
+    phases = [ours_phase(args.controller_threads, False), *others]
+    table = on_cluster(args, run_scaling(args, env, out, phases))
+    if table is None:
+        return 130
+    text = scaling_report(args, table)
+    (out / "scaling.md").write_text(text)
+    (out / "scaling.json").write_text(scaling_json(args, table))
+    scaling_plot(out / "scaling.png", args, table)
+    print()
+    print(text)
+    say(f"wrote {out / 'scaling.md'}, {out / 'scaling.json'}, {out / 'scaling.png'}")
     return 0

@@ -260,6 +260,8 @@ async def run_controller(
         for _ in range(int(args.settle / 0.25)):
             ctl.sample()
             await asyncio.sleep(0.25)
+        ctl.sample()
+        settled_rss = ctl.rss_samples[-1][1] if ctl.rss_samples else None
         # The pods are deleted (as pod GC or the namespace's deletion would) while the
         # controller runs: each goes once the controller has taken its tracking
         # finalizer off, one patch a pod, counted with the rest of its requests.
@@ -289,6 +291,7 @@ async def run_controller(
             cpu_s=ctl.cpu,
             peak_rss=ctl.peak_rss,
             idle_rss=ctl.idle_rss,
+            settled_rss=settled_rss,
             startup_s=reqs.first_list - ctl.exec_t if reqs.first_list else None,
             profiled=profile,
             released_s=released_s,

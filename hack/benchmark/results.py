@@ -27,6 +27,8 @@ class PhaseResult:
     peak_rss: int | None = None
     #: RSS once ready, before the first TFJob
     idle_rss: int | None = None
+    #: RSS once every job succeeded, with all its pods and services still cached
+    settled_rss: int | None = None
     #: exec → the controller's first list request (its informers starting)
     startup_s: float | None = None
     profiled: bool = False
@@ -69,6 +71,7 @@ class PhaseResult:
             "cpu_s": self.cpu_s,
             "peak_rss_bytes": self.peak_rss,
             "idle_rss_bytes": self.idle_rss,
+            "settled_rss_bytes": self.settled_rss,
             "startup_s": self.startup_s,
             "released_s": self.released_s,
             "requests": {

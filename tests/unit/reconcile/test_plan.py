@@ -171,6 +171,26 @@ def test_created_and_running_in_one_write_when_pods_already_run() -> None:
     assert cond_types(p.status) == [("Created", "True"), ("Running", "True")]
 
 
+def test_status_only_gives_the_same_status_and_events_without_children() -> None:
+    """A pass still waiting on its own creates plans the status alone: the same status
+    and events a full plan would give, and no writes to children."""
+    job = make_tfjob("t").worker(4).obj()
+    pods = [make_pod(job, "Worker", i).running().obj() for i in range(2)]  # 2 of 4 made
+    svcs = [make_service(job, "Worker", 0)]
+    snap = Snapshot(read_job(job), pods, svcs, at(100))
+    full = compute_plan(snap, CFG)
+    alone = compute_plan(snap, CFG, status_only=True)
+    assert len(full.create_pods) == 2 and len(full.create_services) == 3
+    assert (alone.status, alone.events, alone.progress_only, alone.reports_progress) == (
+        full.status,
+        full.events,
+        full.progress_only,
+        full.reports_progress,
+    )
+    assert alone.create_pods == alone.create_services == alone.delete_pods == []
+    assert alone.release_pods == [] and alone.podgroup is None
+
+
 def test_status_is_none_for_unchanged_world() -> None:
     job = make_tfjob("t").worker(2).obj()
     pods = [make_pod(job, "Worker", i).running().obj() for i in range(2)]

@@ -1,0 +1,137 @@
+"""--scaling 50,200,800: each controller phase run at several job counts in one QPS mode
+(the first of --qps), on one cluster, to see how CPU and memory grow with the work.
+
+Per controller and job count: CPU seconds and CPU per pod; peak RSS during the burst;
+RSS when ready (no TFJob) and once every job succeeded with all its pods and services
+still cached ("settled"). The RSS slope is the least-squares fit of settled RSS against
+the objects the controller caches (N jobs x (M pods + M services + the job)): what each
+cached object costs, without the fixed footprint. Writes <out>/scaling.md,
+<out>/scaling.json and a plot, <out>/scaling.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hack.benchmark.environment import Env
+from hack.benchmark.harness import ControllerPhase, run_controller
+from hack.benchmark.report import fmt
+from hack.benchmark.results import PhaseResult
+
+MB = 2**20
+
+#: controller title -> [(jobs, result)], in the order run
+Table = dict[str, list[tuple[int, PhaseResult]]]
+
+
+def cached_objects(jobs: int, replicas: int) -> int:
+    return jobs * (2 * replicas + 1)
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of y on x; None with fewer than two distinct x."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+def rss_slope(args: argparse.Namespace, runs: list[tuple[int, PhaseResult]]) -> float | None:
+    """Bytes per cached object."""
+    points = [
+        (float(cached_objects(n, args.replicas)), float(r.settled_rss))
+        for n, r in runs
+        if r.settled_rss
+    ]
+    return slope(points)
+
+
+async def run_scaling(
+    args: argparse.Namespace, env: Env, out: Path, phases: list[ControllerPhase]
+) -> Table:
+    mode = args.qps[0]
+    table: Table = {}
+    for n in args.scaling:
+        args.jobs = n
+        for phase in phases:
+            result = await run_controller(env, args, mode, out, phase)
+            table.setdefault(result.title or result.name, []).append((n, result))
+    return table
+
+
+def scaling_report(args: argparse.Namespace, table: Table) -> str:
+    mode = args.qps[0].label
+    lines = [
+        f"### Scaling: {', '.join(map(str, args.scaling))} TFJobs x {args.replicas} replicas,"
+        f" QPS {mode}",
+        "",
+        "| controller | jobs | pods | cached objects | CPU (s) | CPU per pod (ms) |"
+        " peak RSS (MB) | RSS ready (MB) | RSS settled (MB) | jobs Succeeded |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for title, runs in table.items():
+        for n, r in runs:
+            pods = n * args.replicas
+            lines.append(
+                f"| {title} | {n} | {pods} | {cached_objects(n, args.replicas)}"
+                f" | {fmt(r.cpu_s)} | {fmt(r.cpu_s * 1000 / pods if r.cpu_s else None, '.1f')}"
+                f" | {fmt(r.peak_rss / MB if r.peak_rss else None, '.0f')}"
+                f" | {fmt(r.idle_rss / MB if r.idle_rss else None, '.0f')}"
+                f" | {fmt(r.settled_rss / MB if r.settled_rss else None, '.0f')}"
+                f" | {r.jobs_succeeded}/{n} |"
+            )
+    lines += ["", "| controller | RSS slope per cached object (KB, least squares) |", "|---|---|"]
+    for title, runs in table.items():
+        s = rss_slope(args, runs)
+        lines.append(f"| {title} | {fmt(s / 1024 if s is not None else None, '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def scaling_json(args: argparse.Namespace, table: Table) -> str:
+    return json.dumps(
+        {
+            "replicas": args.replicas,
+            "mode": args.qps[0].label,
+            "controllers": {
+                title: {
+                    "rss_slope_bytes_per_object": rss_slope(args, runs),
+                    "runs": [{"jobs": n, **r.figures()} for n, r in runs],
+                }
+                for title, runs in table.items()
+            },
+        },
+        indent=2,
+    )
+
+
+def scaling_plot(path: Path, args: argparse.Namespace, table: Table) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (mem, cpu) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for title, runs in table.items():
+        xs = [cached_objects(n, args.replicas) for n, _ in runs]
+        settled = [(r.settled_rss or 0) / MB for _, r in runs]
+        peak = [(r.peak_rss or 0) / MB for _, r in runs]
+        line = mem.plot(xs, settled, "o-", label=f"{title}: settled")[0]
+        mem.plot(xs, peak, "^--", color=line.get_color(), label=f"{title}: peak")
+        pods = [n * args.replicas for n, _ in runs]
+        cpu.plot(pods, [r.cpu_s or 0 for _, r in runs], "o-", label=title)
+    mem.set_xlabel("cached objects (pods + services + jobs)")
+    mem.set_ylabel("RSS (MB)")
+    mem.set_title("memory")
+    cpu.set_xlabel("pods")
+    cpu.set_ylabel("controller CPU (s)")
+    cpu.set_title(f"CPU, QPS {args.qps[0].label}")
+    for ax in (mem, cpu):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
