@@ -124,6 +124,9 @@ async def load_configuration(
         config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=True
     )
     credentials.install(cfg, loader)  # an exec plugin's or OIDC token, fetched when due
+    if cfg.proxy and not str(cfg.proxy).lower().startswith(("http://", "https://")):
+        # said at start-up, not by every request failing later
+        raise ValueError(f"kubeconfig proxy-url {cfg.proxy!r}: only http:// and https:// proxies")
     return cfg
 
 

@@ -44,7 +44,9 @@ async def audit_read(env: Env, http: Http, start: int) -> list[dict[str, Any]]:
         if marker.encode() in data:
             break
         if time.monotonic() > deadline:
-            say("WARNING: audit marker not seen after 60s; counting what is there")
+            rotated = env.audit.stat().st_size < start
+            why = " (the audit log was rotated)" if rotated else ""
+            say(f"WARNING: audit marker not seen after 60s{why}; counting what is there")
             break
         await asyncio.sleep(0.3)
     events: dict[str, dict[str, Any]] = {}

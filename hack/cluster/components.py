@@ -154,6 +154,9 @@ def component_argv(
                 f"--audit-log-path={d / 'logs' / 'audit.log'}",
                 "--audit-log-format=json",
                 "--audit-log-mode=batch",
+                # never rotated (0 means lumberjack's 100 MB): the benchmark reads it from
+                # byte offsets, and a full compare run writes more than 100 MB
+                "--audit-log-maxsize=1000000",
             ]
         return argv
     if name == "kube-controller-manager":

@@ -65,12 +65,15 @@ async def serving(
         await runner.cleanup()
 
 
-def self_signed(tmp_path: Path, name: str = "test") -> tuple[Path, Path]:
-    """A throwaway certificate for 127.0.0.1 and its key (openssl): (cert, key)."""
+def self_signed(
+    tmp_path: Path, name: str = "test", san: str = "IP:127.0.0.1"
+) -> tuple[Path, Path]:
+    """A throwaway certificate (for 127.0.0.1 unless ``san`` says otherwise) and its key
+    (openssl): (cert, key)."""
     crt, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
     subprocess.run(
         "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1"
-        f" -subj /CN={name} -addext subjectAltName=IP:127.0.0.1 -keyout {key} -out {crt}".split(),
+        f" -subj /CN={name} -addext subjectAltName={san} -keyout {key} -out {crt}".split(),
         check=True,
         capture_output=True,
     )
