@@ -153,10 +153,7 @@ class ExecCredentials(RefreshingCredentials):
         return expiry.timestamp()
 
     async def _fetch(self) -> None:
-        if hasattr(self._loader, "exec_plugin_expiry"):
-            # the loader's own check (five minutes of margin) would skip or not skip the
-            # run by its own rule: it runs because we say it is due
-            del self._loader.exec_plugin_expiry
+        # controller.execplugin's, which always runs the plugin: when is decided here
         await self._loader.load_from_exec_plugin()
 
 
@@ -190,14 +187,14 @@ def jwt_expiry(token: str) -> float | None:
 
 
 def _idp_tls(config: dict[str, Any], base_path: str) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
+    """The provider's CA from the kubeconfig, else the system's trust store."""
     data = config.get("idp-certificate-authority-data")
-    path = config.get("idp-certificate-authority")
     if data:
-        ctx = ssl.create_default_context(cadata=base64.b64decode(data).decode())
-    elif path:
-        ctx = ssl.create_default_context(cafile=os.path.join(base_path, str(path)))
-    return ctx
+        return ssl.create_default_context(cadata=base64.b64decode(data).decode())
+    path = config.get("idp-certificate-authority")
+    if path:
+        return ssl.create_default_context(cafile=os.path.join(base_path, str(path)))
+    return ssl.create_default_context()
 
 
 async def refresh_oidc(loader: Any, provider: Any) -> None:

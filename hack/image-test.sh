@@ -85,8 +85,7 @@ start_engine() {
     log "using the running Docker engine ($(docker info --format '{{.ServerVersion}}'))"
     return
   fi
-  command -v dockerd >/dev/null 2>&1 || apt_install docker.io
-  command -v docker >/dev/null 2>&1 || apt_install docker.io
+  { command -v dockerd && command -v docker; } >/dev/null 2>&1 || apt_install docker.io
   as_root "starting dockerd"
   mkdir -p "$WORK/engine"
   export DOCKER_HOST="unix://$WORK/engine/docker.sock"
@@ -183,7 +182,6 @@ run_container() {
   rm -rf "$cfg"
 }
 
-command -v docker >/dev/null 2>&1 || apt_install docker.io
 mkdir -p "$WORK"
 start_engine
 build_base

@@ -16,8 +16,9 @@ from tests.unit.controller.conftest import serving
 
 
 class FakeLoader:
-    """kubernetes-asyncio's KubeConfigLoader as far as the exec path goes: each run of
-    the plugin gives token-N, valid for ``life`` seconds of the fake wall clock."""
+    """kubernetes-asyncio's KubeConfigLoader, with controller.execplugin's exec path
+    installed (it always runs the plugin): each run gives token-N, valid for ``life``
+    seconds of the fake wall clock."""
 
     def __init__(self, wall: list[float], life: float | None = 15.0) -> None:
         self._user = {"exec": {"command": "plugin"}}
@@ -36,8 +37,6 @@ class FakeLoader:
     async def load_from_exec_plugin(self) -> bool:
         if self.fail:
             raise RuntimeError("exec: process returned 1. no network")
-        if hasattr(self, "exec_plugin_expiry"):
-            return True  # the real loader's early return: the caller must clear it
         await anyio.sleep(0.01)  # a subprocess: other requests may arrive meanwhile
         self._issue()
         return True
