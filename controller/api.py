@@ -18,27 +18,30 @@ Contract:
   budget (a bucket of its own, same qps/burst) on the same connections: client-go builds
   one bucket per REST client, so a controller's kinds of traffic (creates, status
   writes, events) do not wait for each other, and this is how to do the same.
-- Watches use their own connection pool: aiohttp speaks HTTP/1.1, so every open watch
-  pins a connection and would otherwise starve ordinary requests. Every request has a
-  total timeout; a stream has a per-read timeout instead, so a half-open connection is
-  noticed even though the stream itself is long-lived.
+- The transport is ``controller.http`` (HTTP/1.1 on asyncio streams). Watches use their
+  own connection pool: over HTTP/1.1 every open watch pins a connection and would
+  otherwise starve ordinary requests. Every request has a total timeout; a stream has a
+  per-read timeout instead, so a half-open connection is noticed even though the stream
+  itself is long-lived.
 """
 
 from __future__ import annotations
 
+import base64
 import gc
 import os
 import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
-import aiohttp
+import anyio
 import orjson
 import structlog
 
-from controller import credentials, errors
+from controller import credentials, errors, http
 from controller.clock import SystemClock
 from controller.kubeconfig import config_module, new_configuration
 from controller.logging import remember_secret
@@ -161,7 +164,7 @@ def _decode_error(status: int, data: bytes) -> errors.ApiError:
 
 
 class KubeApi:
-    """One apiserver connection: two aiohttp sessions, auth, throttling, decoding."""
+    """One apiserver: two connection pools, auth, throttling, decoding."""
 
     def __init__(
         self,
@@ -173,15 +176,15 @@ class KubeApi:
         self.settings = settings or ClientSettings()
         self._clock = clock or SystemClock()
         self._bucket = TokenBucket(self.settings.qps, self.settings.burst, self._clock)
-        self._host = str(configuration.host).rstrip("/")
-        self._session: aiohttp.ClientSession | None = None
-        self._stream_session: aiohttp.ClientSession | None = None
+        self._endpoint = http.Endpoint.parse(str(configuration.host))
+        self._pool: http.Pool | None = None
+        self._stream_pool: http.Pool | None = None
         self._remembered_auth: str | None = None
-        #: the client certificate the sessions were opened with (an exec plugin's may
-        #: change); sessions of an older one, still carrying their streams, are closed
+        #: the client certificate the pools were opened with (an exec plugin's may
+        #: change); pools of an older one, still carrying their streams, are closed
         #: with the client
         self._tls_generation = 0
-        self._retired: list[aiohttp.ClientSession] = []
+        self._retired: list[http.Pool] = []
         #: the client whose connections a sibling uses (and closes)
         self._owner: KubeApi | None = None
 
@@ -210,43 +213,43 @@ class KubeApi:
     async def close(self) -> None:
         if self._owner is not None:
             return  # the connections are the owner's
-        for session in (self._session, self._stream_session, *self._retired):
-            if session is not None:
-                await session.close()
-        self._session = self._stream_session = None
+        for pool in (self._pool, self._stream_pool, *self._retired):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._stream_pool = None
         self._retired.clear()
 
-    def _new_session(self, pool_size: int) -> aiohttp.ClientSession:
+    def _new_pool(self, limit: int) -> http.Pool:
+        cfg = self.configuration
         # Building a TLS context loads CA certificates (system ones when the kubeconfig
         # names none: ~0.1 s): skip it for a plain-HTTP apiserver (local stand-ins).
-        tls = not self._host.lower().startswith("http:")
-        connector = aiohttp.TCPConnector(
-            limit=pool_size, ssl=_ssl_context(self.configuration) if tls else False
-        )
-        return aiohttp.ClientSession(
-            connector=connector,
-            json_serialize=lambda o: encode_json(o).decode(),
-            read_bufsize=2**21,
+        tls = self._endpoint.scheme == "https"
+        return http.Pool(
+            self._endpoint,
+            ssl_context=_ssl_context(cfg) if tls else None,
+            server_hostname=cfg.tls_server_name or None,
+            proxy=http.Proxy.parse(str(cfg.proxy)) if cfg.proxy else None,
+            limit=limit,
+            connect_timeout=self.settings.connect_timeout,
             headers={"User-Agent": self.settings.user_agent, "Accept": "application/json"},
         )
 
-    def _get_session(self, stream: bool) -> aiohttp.ClientSession:
+    def _get_pool(self, stream: bool) -> http.Pool:
         if self._owner is not None:
-            return self._owner._get_session(stream)
+            return self._owner._get_pool(stream)
         creds = credentials.of(self.configuration)
         if creds is not None and creds.tls_generation != self._tls_generation:
             # a new client certificate: new connections carry it, open streams go on
             self._tls_generation = creds.tls_generation
-            self._retired += [s for s in (self._session, self._stream_session) if s is not None]
-            self._session = self._stream_session = None
-        # Sessions are created lazily because aiohttp binds them to the running loop.
+            self._retired += [p for p in (self._pool, self._stream_pool) if p is not None]
+            self._pool = self._stream_pool = None
         if stream:
-            if self._stream_session is None:
-                self._stream_session = self._new_session(self.settings.stream_pool_size)
-            return self._stream_session
-        if self._session is None:
-            self._session = self._new_session(self.settings.pool_size)
-        return self._session
+            if self._stream_pool is None:
+                self._stream_pool = self._new_pool(self.settings.stream_pool_size)
+            return self._stream_pool
+        if self._pool is None:
+            self._pool = self._new_pool(self.settings.pool_size)
+        return self._pool
 
     async def _auth_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
@@ -260,7 +263,7 @@ class KubeApi:
         if bearer and bearer.get("value"):
             headers["Authorization"] = str(bearer["value"])
         elif self.configuration.username:
-            headers["Authorization"] = str(self.configuration.get_basic_auth_token())
+            headers["Authorization"] = _basic_auth(self.configuration)
         auth = headers.get("Authorization")
         if auth is not None and auth != self._remembered_auth:
             # once per credential (tokens rotate), not once per request
@@ -268,29 +271,6 @@ class KubeApi:
             remember_secret(str(self.configuration.password or ""))
             self._remembered_auth = auth
         return headers
-
-    def _request_kwargs(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None,
-        headers: dict[str, str],
-        data: bytes | None,
-        timeout: aiohttp.ClientTimeout,
-    ) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "method": method,
-            "url": self._host + path,
-            "params": dict(params) if params else None,
-            "headers": headers,
-            "data": data,
-            "timeout": timeout,
-        }
-        if self.configuration.tls_server_name:
-            kwargs["server_hostname"] = self.configuration.tls_server_name
-        if self.configuration.proxy:
-            kwargs["proxy"] = self.configuration.proxy
-        return kwargs
 
     async def request(
         self,
@@ -308,20 +288,17 @@ class KubeApi:
         (``controller.ratelimit.PRIORITY_*``; lower goes first)."""
         data = None if body is None else encode_json(body)
         total = request_timeout if request_timeout is not None else self.settings.request_timeout
-        client_timeout = aiohttp.ClientTimeout(total=total, connect=self.settings.connect_timeout)
+        target = _target(path, params)
         for attempt in range(2):
             headers = await self._auth_headers()
-            session = self._get_session(stream=False)  # after: the credential may be new
+            pool = self._get_pool(stream=False)  # after: the credential may be new
             if data is not None:
                 headers["Content-Type"] = content_type
             await self._bucket.acquire(priority)
             try:
-                async with session.request(
-                    **self._request_kwargs(method, path, params, headers, data, client_timeout)
-                ) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                with anyio.fail_after(total):
+                    status, raw = await pool.request(method, target, headers=headers, body=data)
+            except OSError as exc:  # TimeoutError included
                 msg = f"{method} {path}: {type(exc).__name__}: {exc}"
                 raise errors.ConnectionFailed(msg) from exc
             if status == 401 and attempt == 0 and await self._renew_credentials(method, path):
@@ -358,50 +335,53 @@ class KubeApi:
         """Open a newline-delimited JSON stream (a watch). The yielded iterator ends on
         a clean close; a read timeout or broken connection raises ConnectionFailed."""
         sock_read = read_timeout if read_timeout is not None else self.settings.stream_read_timeout
-        client_timeout = aiohttp.ClientTimeout(
-            total=None, connect=self.settings.connect_timeout, sock_read=sock_read
-        )
-        for attempt in range(2):
-            headers = await self._auth_headers()
-            session = self._get_session(stream=True)
-            await self._bucket.acquire()
-            try:
-                resp = await session.request(
-                    **self._request_kwargs("GET", path, params, headers, None, client_timeout)
-                )
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise errors.ConnectionFailed(f"GET {path}: {type(exc).__name__}: {exc}") from exc
-            if resp.status == 401 and attempt == 0:
-                resp.close()
-                if await self._renew_credentials("GET", path):
-                    continue
-                raise errors.error_from_status(401, {"message": "Unauthorized"})
-            break
-        try:
+        target = _target(path, params)
+        async with AsyncExitStack() as stack:
+            for attempt in range(2):
+                headers = await self._auth_headers()
+                pool = self._get_pool(stream=True)
+                await self._bucket.acquire()
+                try:
+                    resp = await stack.enter_async_context(
+                        pool.stream("GET", target, headers=headers, read_timeout=sock_read)
+                    )
+                except OSError as exc:
+                    raise errors.ConnectionFailed(
+                        f"GET {path}: {type(exc).__name__}: {exc}"
+                    ) from exc
+                if resp.status == 401 and attempt == 0:
+                    await stack.aclose()
+                    if await self._renew_credentials("GET", path):
+                        continue
+                    raise errors.error_from_status(401, {"message": "Unauthorized"})
+                break
             if not 200 <= resp.status < 300:
                 try:
                     raw = await resp.read()
-                except (TimeoutError, aiohttp.ClientError, OSError):
+                except OSError:
                     raw = b""
                 raise _decode_error(resp.status, raw)
-            yield self._lines(resp, path)
-        finally:
-            # a stream abandoned mid-body must not go back to the pool half-read
-            if resp.content.at_eof():
-                resp.release()
-            else:
-                resp.close()
+            yield _lines(resp, path)
 
-    async def _lines(self, resp: aiohttp.ClientResponse, path: str) -> AsyncIterator[JSON]:
-        while True:
-            try:
-                line = await resp.content.readline(max_line_length=MAX_LINE_BYTES)
-            except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-                raise errors.ConnectionFailed(
-                    f"stream {path}: {type(exc).__name__}: {exc}"
-                ) from exc
-            if not line:
-                return
-            # orjson accepts the trailing newline (JSON whitespace): no copy to strip it
-            if not line.isspace():
-                yield orjson.loads(line)
+
+async def _lines(resp: http.Stream, path: str) -> AsyncIterator[JSON]:
+    lines = resp.lines(MAX_LINE_BYTES)
+    while True:
+        try:
+            line = await anext(lines, None)
+        except OSError as exc:
+            raise errors.ConnectionFailed(f"stream {path}: {type(exc).__name__}: {exc}") from exc
+        if line is None:
+            return
+        # orjson accepts the trailing newline (JSON whitespace): no copy to strip it
+        if not line.isspace():
+            yield orjson.loads(line)
+
+
+def _target(path: str, params: Mapping[str, str] | None) -> str:
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def _basic_auth(cfg: Configuration) -> str:
+    pair = f"{cfg.username}:{cfg.password or ''}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()

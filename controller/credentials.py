@@ -45,7 +45,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
-import aiohttp
 import anyio
 import structlog
 
@@ -216,6 +215,10 @@ async def refresh_oidc(loader: Any, provider: Any) -> None:
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
     else:
         form["client_id"] = str(config["client-id"])  # a public client
+    # imported here: only a kubeconfig with an OIDC provider needs an HTTP client that
+    # speaks to arbitrary hosts (and honours HTTPS_PROXY), and it costs ~13 MB resident
+    import aiohttp
+
     timeout = aiohttp.ClientTimeout(total=OIDC_TIMEOUT_SECONDS)
     issuer = str(config["idp-issuer-url"]).rstrip("/")
     async with aiohttp.ClientSession(timeout=timeout, trust_env=True) as session:

@@ -47,6 +47,13 @@ class _NoApiClient:
         raise RuntimeError("tfjob-controller loads no generated Kubernetes API client")
 
 
+class _NoOpenIDRequestor:
+    """Stands in for the loader's OIDC requestor, which refresh_oidc replaces."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the OIDC refresh is controller.credentials.refresh_oidc")
+
+
 def _bare_package(name: str) -> types.ModuleType:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.submodule_search_locations is None:
@@ -90,6 +97,11 @@ def config_module() -> Any:
         client.Configuration = configuration.Configuration  # type: ignore[attr-defined]
         client.ApiClient = _NoApiClient  # type: ignore[attr-defined]
         top.client = client  # type: ignore[attr-defined]
+        # The loader's OIDC requestor is replaced (refresh_oidc below) but imported at
+        # its module's top, and it imports aiohttp: ~13 MB resident for nothing.
+        openid = types.ModuleType(f"{PACKAGE}.config.openid")
+        openid.OpenIDRequestor = _NoOpenIDRequestor  # type: ignore[attr-defined]
+        sys.modules.setdefault(openid.__name__, openid)
     module = importlib.import_module(f"{PACKAGE}.config")
     loader = importlib.import_module(f"{PACKAGE}.config.kube_config")
     # the exec protocol and the OIDC refresh as client-go has them (see those modules)

@@ -36,10 +36,10 @@ async def test_a_sibling_has_its_own_bucket_and_shares_the_connections(apiserver
             "name"
         ] == "b"
         assert time.monotonic() - t0 < 5, "the sibling waited for the first budget"
-        assert sibling._get_session(False) is api._get_session(False)
+        assert sibling._get_pool(False) is api._get_pool(False)
         await sibling.close()  # the owner's connections stay open
-        assert not api._get_session(False).closed
+        assert not api._get_pool(False).closed
         # a sibling of a sibling still uses the owner's connections
-        assert sibling.sibling()._get_session(False) is api._get_session(False)
+        assert sibling.sibling()._get_pool(False) is api._get_pool(False)
     finally:
         await api.close()

@@ -150,8 +150,16 @@ async def test_client_certificates_are_renewed_when_they_expire(tmp_path: Path) 
     and the client opens new connections with the new pair."""
     now = time.time()
     answers = [
-        {"clientCertificateData": "CERT-A", "clientKeyData": "KEY-A", "expirationTimestamp": _iso(now)},
-        {"clientCertificateData": "CERT-B", "clientKeyData": "KEY-B", "expirationTimestamp": _iso(now + 3600)},
+        {
+            "clientCertificateData": "CERT-A",
+            "clientKeyData": "KEY-A",
+            "expirationTimestamp": _iso(now),
+        },
+        {
+            "clientCertificateData": "CERT-B",
+            "clientKeyData": "KEY-B",
+            "expirationTimestamp": _iso(now + 3600),
+        },
     ]
     cfg = await load_configuration(str(setup(tmp_path, answers)))
     assert _read(cfg.cert_file) == b"CERT-A" and _read(cfg.key_file) == b"KEY-A"
@@ -159,14 +167,14 @@ async def test_client_certificates_are_renewed_when_they_expire(tmp_path: Path) 
     assert creds is not None and creds.tls_generation == 0
     api = KubeApi(cfg)
     try:
-        first = api._get_session(stream=False)
+        first = api._get_pool(stream=False)
         await api._auth_headers()  # what every request does first: the pair is due
         assert len(runs(tmp_path)) == 2
         assert _read(cfg.cert_file) == b"CERT-B" and _read(cfg.key_file) == b"KEY-B"
         assert creds.tls_generation == 1
-        second = api._get_session(stream=False)
+        second = api._get_pool(stream=False)
         assert second is not first, "new connections carry the new certificate"
-        assert api._retired == [first], "the old session is kept for its open streams"
+        assert api._retired == [first], "the old pool is kept for its open streams"
         await api._auth_headers()
         assert len(runs(tmp_path)) == 2, "the new pair is good for an hour"
     finally:

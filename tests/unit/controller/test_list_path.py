@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from controller import errors
-from controller.api import BULK_DECODE_BYTES, KubeApi, decode_json, gc_paused
+from controller.api import BULK_DECODE_BYTES, decode_json, gc_paused
 from controller.clock import FakeClock
 from controller.informer import EventHandler, Informer, chain_transforms, strip_managed_fields
 from controller.store import CONTROLLER_UID_INDEX, NAMESPACE_INDEX, Store
@@ -161,24 +161,3 @@ def test_decode_json_small_and_bulk() -> None:
     assert len(bulk) >= BULK_DECODE_BYTES
     assert len(decode_json(bulk)["items"]) == 20000
     assert gc.isenabled()
-
-
-class FakeContent:
-    def __init__(self, lines: list[bytes]) -> None:
-        self._lines = list(lines)
-
-    async def readline(self, max_line_length: int = 0) -> bytes:
-        await anyio.lowlevel.checkpoint()
-        return self._lines.pop(0) if self._lines else b""
-
-
-class FakeResponse:
-    def __init__(self, lines: list[bytes]) -> None:
-        self.content = FakeContent(lines)
-
-
-async def test_watch_lines_skip_blank_lines_and_keep_newlines_out_of_the_way() -> None:
-    lines = [b'{"type":"ADDED","object":{}}\n', b"\n", b"  \r\n", b'{"type":"BOOKMARK"}']
-    api = KubeApi.__new__(KubeApi)
-    got = [e async for e in api._lines(FakeResponse(lines), "/x")]  # type: ignore[arg-type]
-    assert got == [{"type": "ADDED", "object": {}}, {"type": "BOOKMARK"}]
