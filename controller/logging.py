@@ -5,7 +5,7 @@ console output on a TTY; --log-format overrides. Every line carries the contextv
 bound at the time (the runtime binds ``controller``, ``key`` and ``reconcile_id`` per
 reconcile), ``level`` and an ISO-8601 UTC ``timestamp``. Messages are stable strings
 in ``event``; data goes in key-value pairs. Records from the standard ``logging``
-module (aiohttp, kubernetes-asyncio) are rendered the same way.
+module (kubernetes-asyncio's) are rendered the same way.
 
 Secrets: tracebacks are rendered without local variables (a request's locals hold its
 Authorization header), and every string that reaches the output, exception text
@@ -111,23 +111,42 @@ def _json_dumps(obj: Any, **_: Any) -> str:
     return orjson.dumps(obj, default=str).decode()
 
 
+class _LineLogger:
+    """Where structlog's own loggers write: each rendered line, straight to the stream.
+    Going through the standard ``logging`` module instead (a record, the caller's frame
+    looked up, a handler lock, a formatter copying the record) cost more than the
+    rendering itself, once per reconcile."""
+
+    __slots__ = ("_stream", "name")
+
+    def __init__(self, name: str, stream: TextIO) -> None:
+        self.name = name
+        self._stream = stream
+
+    def msg(self, line: str) -> None:
+        self._stream.write(line + "\n")
+        self._stream.flush()
+
+    debug = info = warning = warn = error = err = critical = fatal = exception = msg
+
+
 def configure_logging(
     log_format: str | None = None, level: str = "info", stream: TextIO | None = None
 ) -> None:
-    stream = stream or sys.stderr
+    out = stream or sys.stderr
     if log_format is None:
-        log_format = "console" if stream.isatty() else "json"
+        log_format = "console" if out.isatty() else "json"
     level_no = logging.getLevelName(level.upper())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
+        structlog.processors.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
-    # Exceptions, redaction and rendering happen in the handler's formatter, for
-    # structlog and stdlib records alike, so they hold for loggers bound before now.
-    final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
+    # Exceptions, redaction and rendering: the same steps for structlog's lines and for
+    # records of the standard logging module (kubernetes-asyncio's).
+    final: list[Any] = []
     if log_format == "json":
         exceptions = structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
         final.append(structlog.processors.ExceptionRenderer(exceptions))
@@ -136,27 +155,25 @@ def configure_logging(
         # Plain text, so the redactor sees the traceback before the renderer does.
         final.append(structlog.processors.format_exc_info)
         renderer = structlog.dev.ConsoleRenderer(
-            colors=stream.isatty(), exception_formatter=structlog.dev.plain_traceback
+            colors=out.isatty(), exception_formatter=structlog.dev.plain_traceback
         )
     final += [_redact_event, renderer]
 
     structlog.configure(
-        processors=[
-            structlog.stdlib.filter_by_level,
-            *shared,
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-        ],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[*shared, *final],
+        logger_factory=lambda name="", *_: _LineLogger(name, out),
+        wrapper_class=structlog.make_filtering_bound_logger(level_no),
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(stream)
+    handler = logging.StreamHandler(out)
     handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final)
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
+        )
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level_no)
-    # chatty third-party loggers only speak up for problems
-    for noisy in ("aiohttp.access", "kubernetes_asyncio"):
-        logging.getLogger(noisy).setLevel(max(level_no, logging.WARNING))
+    # a chatty third-party logger only speaks up for problems
+    logging.getLogger("kubernetes_asyncio").setLevel(max(level_no, logging.WARNING))
