@@ -27,6 +27,7 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gc
 import os
@@ -37,7 +38,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import anyio
 import orjson
 import structlog
 
@@ -289,6 +289,7 @@ class KubeApi:
         data = None if body is None else encode_json(body)
         total = request_timeout if request_timeout is not None else self.settings.request_timeout
         target = _target(path, params)
+        loop = asyncio.get_running_loop()
         for attempt in range(2):
             headers = await self._auth_headers()
             pool = self._get_pool(stream=False)  # after: the credential may be new
@@ -296,8 +297,9 @@ class KubeApi:
                 headers["Content-Type"] = content_type
             await self._bucket.acquire(priority)
             try:
-                with anyio.fail_after(total):
-                    status, raw = await pool.request(method, target, headers=headers, body=data)
+                status, raw = await pool.request(
+                    method, target, headers=headers, body=data, deadline=loop.time() + total
+                )
             except OSError as exc:  # TimeoutError included
                 msg = f"{method} {path}: {type(exc).__name__}: {exc}"
                 raise errors.ConnectionFailed(msg) from exc

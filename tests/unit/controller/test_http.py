@@ -269,3 +269,26 @@ def new_configuration_for(url: str):  # type: ignore[no-untyped-def]
     cfg = new_configuration()
     cfg.host = url
     return cfg
+
+
+async def test_a_request_past_its_deadline_fails_and_its_connection_is_dropped() -> None:
+    async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        await read_request(r, [])
+        if n == 1:
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")  # then nothing
+            await asyncio.sleep(30)
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await r.read()
+
+    async with raw_server(script) as (url, _):
+        p = pool(url)
+        try:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            with pytest.raises(TimeoutError):
+                await p.request("GET", "/", headers={}, deadline=t0 + 0.2)
+            assert 0.2 <= loop.time() - t0 < 2
+            # the half-read connection was not pooled: the next request gets a fresh one
+            assert await p.request("GET", "/", headers={}, deadline=loop.time() + 5) == (200, b"{}")
+        finally:
+            await p.close()
