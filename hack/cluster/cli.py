@@ -85,6 +85,10 @@ def _add_gang(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api
     log(f"added {gang.COMPONENT} (pid {pid}) to the running cluster")
 
 
+#: how many times ``up`` starts a new cluster when a chosen port was taken meanwhile
+PORT_CLASH_ATTEMPTS = 3
+
+
 def cmd_up(opts: argparse.Namespace) -> int:
     t0 = time.monotonic()
     d = cluster_dir()
@@ -105,6 +109,24 @@ def cmd_up(opts: argparse.Namespace) -> int:
             return 0
         log("found a stale cluster; stopping its leftovers")
         cmd_down(opts)
+    # The ports are free when chosen, not reserved: another process may bind one before
+    # our component does. Such a clash is not the cluster's fault; start again elsewhere.
+    for attempt in range(1, PORT_CLASH_ATTEMPTS + 1):
+        rc = _start_new(opts, d, want_gang, t0)
+        if rc == 0 or attempt == PORT_CLASH_ATTEMPTS or not _port_clash(d):
+            return rc
+        log(f"a port was taken before its component bound it; starting again (try {attempt + 1})")
+    return rc
+
+
+def _port_clash(d: Path) -> bool:
+    logs = d / "logs"
+    return logs.is_dir() and any(
+        "address already in use" in f.read_text(errors="replace") for f in logs.glob("*.log")
+    )
+
+
+def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) -> int:
     bins, sp_bin = build_binaries(with_gang=want_gang)
     if d.exists():
         shutil.rmtree(d)

@@ -41,13 +41,21 @@ def free_port() -> int:
     top = min(low, 32768) - 1
     for _ in range(200):
         port = rng.randint(max(1024, top - 12000), top)
+        if port in _handed_out:
+            continue  # free now, but given to a caller that may not have bound it yet
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _handed_out.add(port)
             return port
     raise RuntimeError("no free port below the ephemeral range")
+
+
+#: ports this process's free_port() returned: one cluster's components are given their
+#: ports together, before any of them binds
+_handed_out: set[int] = set()
 
 
 def listening_ports() -> set[int]:
