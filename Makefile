@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test kind-e2e
+	image-test kind-e2e node-binaries
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 # The control plane's binaries and the gang scheduler (scheduler-plugins' Coscheduling).
 binaries: venv
 	VENV=$(VENV) hack/build-binaries.sh --scheduler-plugins
+
+# What a real node runs: kubelet, containerd and its shim, ctr, runc (apt: root).
+node-binaries: venv
+	VENV=$(VENV) hack/build-node.sh
 
 cluster: binaries
 	hack/cluster.sh up --gang scheduler-plugins

@@ -117,23 +117,8 @@ stamp_ldflags() {
   echo "$ld"
 }
 
-# Runs a long build in the background and prints a heartbeat so a person sees it is alive.
-with_heartbeat() {
-  local what=$1; shift
-  local t0; t0=$(date +%s)
-  "$@" &
-  local pid=$!
-  local n=0
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 1
-    n=$(( n + 1 ))
-    if (( n % 20 == 0 )) && kill -0 "$pid" 2>/dev/null; then
-      log "$what: still building ($(( $(date +%s) - t0 ))s)"
-    fi
-  done
-  wait "$pid"
-  log "$what: done in $(( $(date +%s) - t0 ))s"
-}
+# with_heartbeat: a long build with a progress line every 20 s (hack/progress.sh)
+source "$HERE/progress.sh"
 
 # --- etcd -------------------------------------------------------------------
 if [[ ! -x "$BIN/etcd" ]]; then

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Builds what a real node of the local cluster runs (issue: a real kubelet and real
+# containers beside the kwok nodes): kubelet from the same k8s.io/kubernetes module as
+# the control plane, containerd with its runc shim and ctr, and runc with seccomp, into
+# a cache entry outside the repo. What must come from Debian is installed with apt
+# (root): gcc, pkg-config and libseccomp-dev to build runc; containernetworking-plugins
+# for pod networking. Prints the bin directory on the last line of stdout.
+#
+# Why these builds and not Debian's: bookworm's runc 1.1.5 and crun 1.8 do not work
+# with containerd 2, and its containerd is 1.6; kubelet must match the apiserver.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.36.3}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+RUNC_VERSION=${RUNC_VERSION:-v1.4.4}
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+CACHE_ROOT=${TFJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tfjob-controller}
+ENTRY="$CACHE_ROOT/node-k8s-${K8S_VERSION}_containerd-${CONTAINERD_VERSION}_runc-${RUNC_VERSION}"
+BIN="$ENTRY/bin"
+WORK="$ENTRY/modules"
+
+log() { printf '[build-node %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+want=(kubelet containerd containerd-shim-runc-v2 ctr runc)
+missing=()
+for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
+debs=()
+command -v gcc >/dev/null 2>&1 || debs+=(gcc libc6-dev)
+command -v pkg-config >/dev/null 2>&1 || debs+=(pkg-config)
+[[ -f /usr/include/seccomp.h ]] || debs+=(libseccomp-dev)
+[[ -x /usr/lib/cni/bridge ]] || debs+=(containernetworking-plugins)
+if [[ ${#missing[@]} -eq 0 && ${#debs[@]} -eq 0 ]]; then
+  log "cached: $BIN"
+  echo "$BIN"
+  exit 0
+fi
+
+if [[ ${#debs[@]} -gt 0 ]]; then
+  [[ $(id -u) -eq 0 ]] || { log "ERROR: needs root to install ${debs[*]} with apt"; exit 1; }
+  log "apt: installing ${debs[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${debs[@]}" >&2 \
+    || { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive \
+         apt-get install -y -q --no-install-recommends "${debs[@]}" >&2; }
+fi
+
+# The control plane's build gives the Go toolchain and the kubernetes module setup
+# (its staging modules pinned) that kubelet is built from.
+cp_bin=$("$HERE/build-binaries.sh" | tail -1)
+if ! command -v go >/dev/null 2>&1; then export PATH="${VENV:-$HERE/../.venv}/bin:$PATH"; fi
+export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+mkdir -p "$BIN" "$WORK"
+
+source "$HERE/progress.sh"  # with_heartbeat
+
+# A module's own source tree, writable, to build as the main module (so its replace
+# directives and go.sum hold, as in its release builds).
+source_of() {
+  local mod=$1 dir=$2 src
+  if [[ ! -f "$dir/go.mod" ]]; then
+    src=$(cd "$WORK" && go mod download -json "$mod" | sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p')
+    [[ -n "$src" ]] || { log "ERROR: could not download $mod"; exit 1; }
+    rm -rf "$dir"; cp -r "$src" "$dir"; chmod -R u+w "$dir"
+  fi
+}
+
+start_all=$(date +%s)
+
+# --- kubelet ------------------------------------------------------------------
+if [[ ! -x "$BIN/kubelet" ]]; then
+  k8s_mod="$(dirname "$cp_bin")/modules/k8s"
+  d="$WORK/kubelet"; mkdir -p "$d"
+  if [[ ! -f "$d/go.sum" ]]; then
+    cp "$k8s_mod/go.mod" "$d/go.mod"
+    cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kubelet"
+GO
+    log "kubelet $K8S_VERSION: resolving modules (go mod tidy)"
+    (cd "$d" && with_heartbeat "go mod tidy" go mod tidy)
+  fi
+  maj=${K8S_VERSION#v}; maj=${maj%%.*}; min=${K8S_VERSION#v*.}; min=${min%%.*}
+  ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$maj -X $p.gitMinor=$min -X $p.gitTreeState=clean"
+  done
+  (cd "$d" && export CGO_ENABLED=0 && with_heartbeat "kubelet" \
+    go build -trimpath -pgo=off -ldflags "$ld" -o "$BIN/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet)
+  mv "$BIN/kubelet.tmp" "$BIN/kubelet"
+fi
+
+# --- containerd, its runc shim, ctr --------------------------------------------
+if [[ ! -x "$BIN/containerd" || ! -x "$BIN/containerd-shim-runc-v2" || ! -x "$BIN/ctr" ]]; then
+  d="$WORK/containerd"
+  source_of "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" "$d"
+  ld="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+  for cmd in containerd containerd-shim-runc-v2 ctr; do
+    (cd "$d" && export CGO_ENABLED=0 && with_heartbeat "$cmd" go build -mod=mod -trimpath \
+      -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ld" -o "$BIN/$cmd.tmp" "./cmd/$cmd")
+    mv "$BIN/$cmd.tmp" "$BIN/$cmd"
+  done
+fi
+
+# --- runc -----------------------------------------------------------------------
+if [[ ! -x "$BIN/runc" ]]; then
+  d="$WORK/runc"
+  source_of "github.com/opencontainers/runc@$RUNC_VERSION" "$d"
+  (cd "$d" && export CGO_ENABLED=1 && with_heartbeat "runc" go build -mod=mod -trimpath -tags seccomp \
+    -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$BIN/runc.tmp" .)
+  mv "$BIN/runc.tmp" "$BIN/runc"
+fi
+
+log "node binaries in $BIN ($(( $(date +%s) - start_all ))s)"
+echo "$BIN"
