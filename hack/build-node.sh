@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds what a real node of the local cluster runs (issue: a real kubelet and real
 # containers beside the kwok nodes): kubelet from the same k8s.io/kubernetes module as
-# the control plane, containerd with its runc shim and ctr, and runc with seccomp, into
-# a cache entry outside the repo. What must come from Debian is installed with apt
+# the control plane, containerd with its runc shim and ctr, runc with seccomp, and the
+# sandbox (pause) image as an OCI archive (<entry>/images/pause.tar), into a cache
+# entry outside the repo. What must come from Debian is installed with apt
 # (root): gcc, pkg-config and libseccomp-dev to build runc; containernetworking-plugins
 # for pod networking. Prints the bin directory on the last line of stdout.
 #
@@ -22,9 +23,16 @@ WORK="$ENTRY/modules"
 
 log() { printf '[build-node %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+#: the sandbox image containerd is told to use (pause.tar, imported with ctr)
+PAUSE_IMAGE=${PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
+PAUSE_SRC="$HERE/node/pause"
+PAUSE_HASH=$(cat "$PAUSE_SRC/main.go" "$HERE/oci_image.py" | sha256sum | cut -c1-12)
+IMAGES="$ENTRY/images"
+
 want=(kubelet containerd containerd-shim-runc-v2 ctr runc)
 missing=()
 for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
+[[ "$(cat "$IMAGES/pause.hash" 2>/dev/null)" == "$PAUSE_HASH" ]] || missing+=(pause-image)
 debs=()
 command -v gcc >/dev/null 2>&1 || debs+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || debs+=(pkg-config)
@@ -111,6 +119,17 @@ if [[ ! -x "$BIN/runc" ]]; then
   (cd "$d" && export CGO_ENABLED=1 && with_heartbeat "runc" go build -mod=mod -trimpath -tags seccomp \
     -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$BIN/runc.tmp" .)
   mv "$BIN/runc.tmp" "$BIN/runc"
+fi
+
+# --- the pause image ---------------------------------------------------------------
+if [[ "$(cat "$IMAGES/pause.hash" 2>/dev/null)" != "$PAUSE_HASH" ]]; then
+  mkdir -p "$IMAGES"
+  (cd "$PAUSE_SRC" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$IMAGES/pause" .)
+  PY=${PYTHON:-${VENV:-$HERE/../.venv}/bin/python}
+  (cd "$HERE/.." && "$PY" -m hack.oci_image --name "$PAUSE_IMAGE" --out "$IMAGES/pause.tar" \
+    --file "/pause=$IMAGES/pause" --entrypoint /pause --user 65535 >/dev/null)
+  echo "$PAUSE_HASH" > "$IMAGES/pause.hash"
+  log "pause image $PAUSE_IMAGE: $IMAGES/pause.tar"
 fi
 
 log "node binaries in $BIN ($(( $(date +%s) - start_all ))s)"

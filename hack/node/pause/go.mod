@@ -1,0 +1,3 @@
+module tfjob.local/pause
+
+go 1.26
