@@ -28,7 +28,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import base64
 import gc
 import os
 import ssl
@@ -263,7 +262,7 @@ class KubeApi:
         if bearer and bearer.get("value"):
             headers["Authorization"] = str(bearer["value"])
         elif self.configuration.username:
-            headers["Authorization"] = _basic_auth(self.configuration)
+            headers["Authorization"] = str(self.configuration.get_basic_auth_token())
         auth = headers.get("Authorization")
         if auth is not None and auth != self._remembered_auth:
             # once per credential (tokens rotate), not once per request
@@ -383,7 +382,3 @@ async def _lines(resp: http.Stream, path: str) -> AsyncIterator[JSON]:
 def _target(path: str, params: Mapping[str, str] | None) -> str:
     return f"{path}?{urlencode(params)}" if params else path
 
-
-def _basic_auth(cfg: Configuration) -> str:
-    pair = f"{cfg.username}:{cfg.password or ''}"
-    return "Basic " + base64.b64encode(pair.encode()).decode()

@@ -491,21 +491,25 @@ class Pool:
     ) -> tuple[int, bytes]:
         """One whole exchange, over by ``deadline`` (the event loop's clock) or failed
         with TimeoutError; waiting for a free connection counts too."""
-        slots = self._slots
-        if slots is None:
+        if self._slots is None:
             return await self._request(method, target, headers, body, deadline)
-        try:
-            slots.acquire_nowait()
-        except anyio.WouldBlock:
-            if deadline is None:
-                await slots.acquire()
-            else:
-                with anyio.fail_at(deadline):
-                    await slots.acquire()
+        await self._take_slot(deadline)
         try:
             return await self._request(method, target, headers, body, deadline)
         finally:
-            slots.release()
+            self._slots.release()
+
+    async def _take_slot(self, deadline: float | None) -> None:
+        """A connection slot of the pool's bound; a cancel scope only when one must wait."""
+        assert self._slots is not None
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            if deadline is None:
+                await self._slots.acquire()
+            else:
+                with anyio.fail_at(deadline):
+                    await self._slots.acquire()
 
     async def _request(
         self,
@@ -545,7 +549,7 @@ class Pool:
         """A response to read as it comes; each read waits at most ``read_timeout``.
         The connection goes back to the pool only if the body was read to its end."""
         if self._slots is not None:
-            await self._slots.acquire()
+            await self._take_slot(None)
         try:
             with anyio.fail_after(read_timeout):
                 conn, head = await self._exchange(method, target, headers, None)

@@ -105,20 +105,8 @@ log "using $(go version)"
 mkdir -p "$BIN" "$WORK"
 start_all=$(date +%s)
 
-stamp_ldflags() {
-  local v=$1 maj min date ld p
-  maj=${v#v}; maj=${maj%%.*}; min=${v#v*.}; min=${min%%.*}
-  date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  ld="-s -w"
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $p.gitVersion=$v -X $p.gitMajor=$maj -X $p.gitMinor=$min -X $p.gitTreeState=clean"
-    ld+=" -X $p.gitCommit=0000000000000000000000000000000000000000 -X $p.buildDate=$date"
-  done
-  echo "$ld"
-}
-
-# with_heartbeat: a long build with a progress line every 20 s (hack/progress.sh)
-source "$HERE/progress.sh"
+# with_heartbeat, stamp_ldflags (hack/build-lib.sh)
+source "$HERE/build-lib.sh"
 
 # --- etcd -------------------------------------------------------------------
 if [[ ! -x "$BIN/etcd" ]]; then

@@ -59,7 +59,7 @@ if ! command -v go >/dev/null 2>&1; then export PATH="${VENV:-$HERE/../.venv}/bi
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 mkdir -p "$BIN" "$WORK"
 
-source "$HERE/progress.sh"  # with_heartbeat
+source "$HERE/build-lib.sh"  # with_heartbeat, stamp_ldflags
 
 # A module's own source tree, writable, to build as the main module (so its replace
 # directives and go.sum hold, as in its release builds).
@@ -90,11 +90,7 @@ GO
     log "kubelet $K8S_VERSION: resolving modules (go mod tidy)"
     (cd "$d" && with_heartbeat "go mod tidy" go mod tidy)
   fi
-  maj=${K8S_VERSION#v}; maj=${maj%%.*}; min=${K8S_VERSION#v*.}; min=${min%%.*}
-  ld="-s -w"
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$maj -X $p.gitMinor=$min -X $p.gitTreeState=clean"
-  done
+  ld=$(stamp_ldflags "$K8S_VERSION")
   (cd "$d" && export CGO_ENABLED=0 && with_heartbeat "kubelet" \
     go build -trimpath -pgo=off -ldflags "$ld" -o "$BIN/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet)
   mv "$BIN/kubelet.tmp" "$BIN/kubelet"
