@@ -37,3 +37,22 @@ with_heartbeat() {
   fi
   log "$what: done in $(( $(date +%s) - t0 ))s"
 }
+
+# host_mirror: the Debian mirror this machine's apt uses, so debootstrap fetches from the
+# same place (empty: debootstrap's own default).
+host_mirror() {
+  {
+    cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}'
+    cat /etc/apt/sources.list 2>/dev/null | awk '$1 == "deb" {print ($2 ~ /^\[/ ? $3 : $2)}'
+  } | grep -v -e security -e '^#' | head -n 1 || true
+}
+
+# trust_host_cas ROOTFS: behind a TLS-intercepting proxy the machine's CA bundle differs
+# from Debian's; a root filesystem built here then trusts both.
+trust_host_cas() {
+  local bundle=/etc/ssl/certs/ca-certificates.crt
+  if [[ -f $bundle && -f $1$bundle ]] && ! cmp -s "$bundle" "$1$bundle"; then
+    log "this machine's CA bundle differs from Debian's (a TLS-intercepting proxy?): the image trusts both"
+    cat "$bundle" >>"$1$bundle"
+  fi
+}

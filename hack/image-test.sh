@@ -49,14 +49,7 @@ apt_install() {
   fi
 }
 
-# The Debian mirror this machine's apt uses, so debootstrap fetches from the same place
-# (empty: debootstrap's own default).
-host_mirror() {
-  {
-    cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}'
-    cat /etc/apt/sources.list 2>/dev/null | awk '$1 == "deb" {print ($2 ~ /^\[/ ? $3 : $2)}'
-  } | grep -v -e security -e '^#' | head -n 1 || true
-}
+source "$HERE/build-lib.sh"  # host_mirror, trust_host_cas
 
 ENGINE_PID=""
 cleanup() {
@@ -128,11 +121,8 @@ build_base() {
     rm -rf "$rootfs"
     die "debootstrap failed (log: $WORK/debootstrap.log)"
   fi
+  trust_host_cas "$rootfs"
   local bundle=/etc/ssl/certs/ca-certificates.crt
-  if [[ -f $bundle ]] && ! cmp -s "$bundle" "$rootfs$bundle"; then
-    log "this machine's CA bundle differs from Debian's (a TLS-intercepting proxy?): the base trusts both"
-    cat "$bundle" >>"$rootfs$bundle"
-  fi
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
   # pip takes its CA bundle from certifi unless told otherwise; Debian's bundle is the
   # one that carries the machine's additions.

@@ -5,6 +5,14 @@ a finished job: its status is frozen at the moment it finished and no pod is cre
 it again (the durable terminal record), whatever happens to its pods afterwards. The TTL
 never deletes the job in the pass that finishes it: that pass's status and events are
 stored first, and a later pass (a timer) deletes it.
+
+A *failed* job stops its pods that are still active (Pending or Running) even under
+cleanPodPolicy None, as the Kubernetes Job controller does for a failed Job. Upstream
+keeps them: an OnFailure pod whose container keeps failing is then restarted by its
+kubelet forever, holding its node's GPUs for a job that will never use them. Pods that
+have finished are kept, with their services, so their logs stay readable; a succeeded
+job keeps upstream's None (its parameter servers are left as they are). The stopping is
+done by the pass after the one that fails the job, once the Failed status is stored.
 """
 
 from __future__ import annotations
@@ -31,6 +39,13 @@ class Cleanup:
     @property
     def idle(self) -> bool:
         return not (self.delete_pods or self.delete_services or self.delete_job)
+
+
+def effective_policy(policy: str | None, failed: bool) -> str | None:
+    """cleanPodPolicy as applied: None on a failed job stops its active pods (Running)."""
+    if failed and policy not in (CleanPodPolicy.ALL, CleanPodPolicy.RUNNING):
+        return CleanPodPolicy.RUNNING
+    return policy
 
 
 def cleanup_deletions(
@@ -84,7 +99,9 @@ def finished_cleanup(
     now: datetime,
 ) -> Cleanup:
     """A job already finished: delete per cleanPodPolicy; delete the job once its TTL is up."""
-    del_pods, del_svcs = cleanup_deletions(policy.clean_pod_policy, pods, services)
+    failed = cond.is_true(status.conditions, cond.FAILED)
+    clean = effective_policy(policy.clean_pod_policy, failed)
+    del_pods, del_svcs = cleanup_deletions(clean, pods, services)
     remaining = ttl_remaining(policy, finished_at(status), now)
     expired = remaining is not None and remaining <= 0
     return Cleanup(
@@ -102,7 +119,9 @@ def finishing_cleanup(
     finished: datetime,
     now: datetime,
 ) -> Cleanup:
-    """The pass that finishes the job: delete per cleanPodPolicy and start the TTL clock."""
+    """The pass that finishes the job: delete per cleanPodPolicy and start the TTL clock.
+    A failed job's active pods under None wait for the next pass (finished_cleanup): its
+    Failed status must be stored before any pod of it goes."""
     del_pods, del_svcs = cleanup_deletions(policy.clean_pod_policy, pods, services)
     return Cleanup(
         delete_pods=del_pods,

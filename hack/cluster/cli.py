@@ -9,11 +9,12 @@ import shutil
 import signal
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hack.cluster import __doc__ as package_doc
-from hack.cluster import gang
+from hack.cluster import gang, node
 from hack.cluster.api import Api
 from hack.cluster.components import (
     COMPONENT_PORTS,
@@ -33,6 +34,7 @@ from hack.cluster.host import (
     listening_ports,
     log,
     pid_alive,
+    stop_process,
     wait_for,
 )
 from hack.cluster.pki import make_pki, write_kubeconfig
@@ -46,6 +48,48 @@ def _argv(name: str, d: Path, state: dict[str, Any], opts: argparse.Namespace) -
     argv = component_argv(name, d, state, opts)
     policy = f"--audit-policy-file={Path(opts.audit_policy).resolve()}"
     return [policy if a.startswith("--audit-policy-file=") else a for a in argv]
+
+
+def _start(d: Path, name: str, state: dict[str, Any], opts: argparse.Namespace) -> int:
+    env = node.env(state) if name in node.COMPONENTS else None
+    return start(d, name, _argv(name, d, state, opts), env)
+
+
+def _launcher(d: Path, state: dict[str, Any], opts: argparse.Namespace) -> Callable[[str], int]:
+    """launch(name): start a component and record its PID in the saved state."""
+
+    def launch(name: str) -> int:
+        pid = _start(d, name, state, opts)
+        state["pids"][name] = pid
+        save_state(d, state)
+        log(f"started {name} (pid {pid})")
+        return pid
+
+    return launch
+
+
+def _add_real_node(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api) -> None:
+    t0 = time.monotonic()
+    if "real_node" not in state:
+        node.prepare(state)
+        save_state(d, state)
+    # Components whose command line depends on the real node (KCM), or that an older
+    # `up` started otherwise (kwok on every node would take this one over; an apiserver
+    # calling kubelets by name), are started again with today's.
+    _audit_from_state(opts, state)
+    for name in ("kube-apiserver", "kube-controller-manager", "kwok"):
+        pid = state["pids"].get(name)
+        try:
+            running = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        except (OSError, TypeError):
+            running = []
+        if running != _argv(name, d, state, opts):
+            _restart_component(d, state, name, opts)
+            if name == "kube-controller-manager":
+                _wait_healthy(name, state, state["pids"][name])
+    node.start(d, state, api, _launcher(d, state, opts))
+    save_state(d, state)
+    log(f"real node {node.NODE_NAME} Ready in {time.monotonic() - t0:.1f}s")
 
 
 def _audit_from_state(opts: argparse.Namespace, state: dict[str, Any]) -> None:
@@ -78,7 +122,7 @@ def _add_gang(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api
     save_state(d, state)
     install_crds(api, _gang_crds(state))
     _restart_component(d, state, "kube-controller-manager", opts)
-    pid = start(d, gang.COMPONENT, _argv(gang.COMPONENT, d, state, opts))
+    pid = _start(d, gang.COMPONENT, state, opts)
     state["pids"][gang.COMPONENT] = pid
     save_state(d, state)
     _wait_healthy(gang.COMPONENT, state, pid)
@@ -104,6 +148,8 @@ def cmd_up(opts: argparse.Namespace) -> int:
                 install_crds(api, _gang_crds(state))
             if opts.volcano_crd:
                 install_volcano_crd(api)
+            if opts.real_node and "real_node" not in state:
+                _add_real_node(d, state, opts, api)
             log(f"reusing the running cluster in {d}")
             print(d / "kubeconfig")
             return 0
@@ -147,15 +193,10 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
     if want_gang:
         state["gang"] = gang.COMPONENT
         state["scheduler_plugins_bin"] = str(sp_bin)
+    if opts.real_node:
+        node.prepare(state)
     save_state(d, state)
-
-    def launch(name: str) -> int:
-        pid = start(d, name, _argv(name, d, state, opts))
-        state["pids"][name] = pid
-        save_state(d, state)
-        log(f"started {name} (pid {pid})")
-        return pid
-
+    launch = _launcher(d, state, opts)
     try:
         pid = launch("etcd")
         wait_for("etcd", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, [pid])
@@ -194,6 +235,8 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
             return api.request("GET", "/api/v1/namespaces/default")[0] == 200
 
         wait_for("namespace default", default_ns, 30)
+        if opts.real_node:
+            _add_real_node(d, state, opts, api)
     except Exception as e:
         import traceback
 
@@ -217,28 +260,13 @@ def cmd_down(opts: argparse.Namespace, keep_logs: bool = False) -> int:
     if not state:
         log(f"no cluster state in {d}; nothing to stop")
         return 0
+    if "real_node" in state:
+        node.stop(d, state)
     pids = [state["pids"][n] for n in reversed(COMPONENTS) if n in state["pids"]]
     # One at a time, in reverse start order: kube-apiserver shuts down quickly only
     # while etcd is still there to answer it.
     for pid in pids:
-        if pid_alive(pid):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 10
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if pid_alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        # Reap if the process happens to be our child (e.g. within one test run).
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+        stop_process(pid)
     ports = set(state.get("ports", {}).values())
     deadline = time.monotonic() + 10
     while ports & listening_ports() and time.monotonic() < deadline:
@@ -278,7 +306,7 @@ def _restart_component(d: Path, state: dict[str, Any], name: str, opts: argparse
     # sockets: wait until nothing listens on the component's ports any more.
     ports = {state["ports"][k] for k in COMPONENT_PORTS.get(name, [])}
     wait_for(f"{name}'s ports to close", lambda: not ports & listening_ports(), 30)
-    new = start(d, name, _argv(name, d, state, opts))
+    new = _start(d, name, state, opts)
     state["pids"][name] = new
     save_state(d, state)
     if name == "kube-apiserver":
@@ -348,6 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         "--volcano-crd",
         action="store_true",
         help="install the Volcano PodGroup CRD (hack/crds/volcano-podgroups.yaml)",
+    )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help=f"also run a real node ({node.NODE_NAME}: containerd, runc and kubelet; root)",
     )
     opts = p.parse_args(argv)
     if opts.command == "restart" and not opts.component:

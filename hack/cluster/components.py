@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from hack.cluster import gang
+from hack.cluster import gang, node
 from hack.cluster.host import REPO
 
 #: In start order; `down` stops them in reverse. The gang scheduler runs only in a
@@ -20,6 +20,7 @@ COMPONENTS = [
     "kube-scheduler",
     gang.COMPONENT,
     "kwok",
+    *node.COMPONENTS,
 ]
 #: Each component's entries in state["ports"].
 COMPONENT_PORTS = {
@@ -33,7 +34,12 @@ COMPONENT_PORTS = {
 
 def cluster_components(state: dict[str, Any]) -> list[str]:
     """The components of the cluster that `state` describes, in start order."""
-    return [c for c in COMPONENTS if c != gang.COMPONENT or state.get("gang") == gang.COMPONENT]
+    return [
+        c
+        for c in COMPONENTS
+        if (c != gang.COMPONENT or state.get("gang") == gang.COMPONENT)
+        and (c not in node.COMPONENTS or "real_node" in state)
+    ]
 
 
 def build_binaries(with_gang: bool = False) -> tuple[Path, Path | None]:
@@ -67,7 +73,7 @@ def kwok_stage_files(bins: Path) -> list[Path]:
     return files
 
 
-def start(d: Path, name: str, argv: list[str]) -> int:
+def start(d: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
     logs = d / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     out = open(logs / f"{name}.log", "ab")
@@ -78,6 +84,7 @@ def start(d: Path, name: str, argv: list[str]) -> int:
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # survives the `up` command; `down` kills it by PID
         cwd=str(d),
+        env=env,
     )
     out.close()
     return proc.pid
@@ -146,6 +153,8 @@ def component_argv(
             "--max-requests-inflight=0",
             "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false",
+            # kubelet's address for logs and exec: a real node's name does not resolve
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--v=1",
         ]
         if opts.audit:
@@ -165,7 +174,9 @@ def component_argv(
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
-            "--controllers=garbage-collector-controller,namespace-controller",
+            "--controllers=garbage-collector-controller,namespace-controller"
+            # cluster DNS on a real node answers from EndpointSlices
+            + (",endpointslice-controller" if "real_node" in state else ""),
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={ports['kcm']}",
@@ -197,13 +208,16 @@ def component_argv(
         argv = [
             str(bins / "kwok"),
             f"--kubeconfig={kubeconfig}",
-            "--manage-all-nodes=true",
+            # only its own nodes: a real node (node.py) runs its pods for real
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--cidr=10.244.0.0/16",
             "--node-lease-duration-seconds=0",
         ]
         for f in kwok_stage_files(bins):
             argv.append(f"--config={f}")
         return argv
+    if name in node.COMPONENTS:
+        return node.argv(name, d, state)
     raise ValueError(name)
 
 

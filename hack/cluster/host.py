@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import ssl
 import sys
@@ -87,6 +88,27 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def stop_process(pid: int, timeout: float = 10) -> None:
+    """SIGTERM, SIGKILL after `timeout`, and reap it if it is our child."""
+    if pid_alive(pid):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def http_ok(url: str) -> bool:

@@ -39,6 +39,16 @@ from tests.conftest import Cluster
 #: needs kwok pods that exit on the test's say
 pytestmark = pytest.mark.local_only
 
+
+def _wait_kept(kube: Kube, ns: str, job: str, kept: dict[str, str]) -> None:
+    """Wait until a failed job's pods are exactly the finished ones `kept` (name → phase),
+    each with its service: its active pods are stopped even under cleanPodPolicy None."""
+
+    def done() -> bool:
+        return phases(kube, ns, job) == kept and svc_names(kube, ns, job) == sorted(kept)
+
+    wait_for(done, 20, f"{job}: only {sorted(kept)} left")
+
 RESTARTING = ("True", "TFJobRestarting")
 
 
@@ -111,9 +121,9 @@ def test_exit_code_policy(
         assert perm["status"]["replicaStatuses"]["Worker"]["failedIndexes"] == "1"
         assert _status_time(perm, "completionTime") >= _status_time(perm, "startTime")
         assert _cond_time(perm, "Failed") == _status_time(perm, "completionTime")
-        # cleanPodPolicy defaults to None: the failed pod and the running one stay.
-        assert phases(kube, ns, "perm") == {"perm-worker-0": "Running", "perm-worker-1": "Failed"}
-        assert svc_names(kube, ns, "perm") == ["perm-worker-0", "perm-worker-1"]
+        # cleanPodPolicy defaults to None: the failed pod stays, with its service; a
+        # failed job's running pod is stopped all the same (reconcile/cleanup.py).
+        _wait_kept(kube, ns, "perm", {"perm-worker-1": "Failed"})
 
         # First retryable failure: Restarting, replaced after the old pod is gone, Running.
         started = _status_time(kube.tfjob(ns, "retry") or {}, "startTime")
@@ -156,12 +166,9 @@ def test_exit_code_policy(
         assert _status_time(failed, "startTime") == started
         assert _status_time(failed, "completionTime") >= started
         settled(kube, controller, ns, "retry")
-        # Nothing replaces the last failed pod; cleanPodPolicy None keeps what is left.
-        assert phases(kube, ns, "retry") == {
-            "retry-worker-0": "Running",
-            "retry-worker-1": "Failed",
-        }
-        assert svc_names(kube, ns, "retry") == ["retry-worker-0", "retry-worker-1"]
+        # Nothing replaces the last failed pod; cleanPodPolicy None keeps it (the
+        # running one is stopped: the job failed).
+        _wait_kept(kube, ns, "retry", {"retry-worker-1": "Failed"})
     assert pods.violations == []
     wait_for(lambda: ("Warning", "TFJobRestarting") in _reasons(kube, ns), 10, "Restarting event")
 
@@ -295,9 +302,7 @@ def test_backoff_limit_survives_controller_restart(
     }
     assert rs(failed, "Chief")["active"] == 1
     assert _status_time(failed, "completionTime") >= _status_time(failed, "startTime")
-    settled(kube, controller, ns, "bl")
-    assert phases(kube, ns, "bl") == {"bl-chief-0": "Running", "bl-worker-0": "Failed"}
-    assert svc_names(kube, ns, "bl") == ["bl-chief-0", "bl-worker-0"]
+    _wait_kept(kube, ns, "bl", {"bl-worker-0": "Failed"})
 
 
 # --- Never --------------------------------------------------------------------------------------
@@ -349,15 +354,10 @@ def test_never_policy_worker_or_ps_failure_fails_job(
         "disruptions": 0,
     }
     assert rs(nps, "Worker")["active"] == 2
-    # Nothing was replaced; cleanPodPolicy None keeps every pod and service.
-    assert phases(kube, ns, "nw") == {
-        "nw-chief-0": "Running",
-        "nw-ps-0": "Running",
-        "nw-worker-0": "Running",
-        "nw-worker-1": "Failed",
-    }
-    assert phases(kube, ns, "nps")["nps-ps-0"] == "Failed"
-    assert len(svc_names(kube, ns, "nw")) == 4 and len(svc_names(kube, ns, "nps")) == 4
+    # Nothing was replaced; cleanPodPolicy None keeps the failed pods and their services,
+    # and the failed jobs' running pods are stopped.
+    _wait_kept(kube, ns, "nw", {"nw-worker-1": "Failed"})
+    _wait_kept(kube, ns, "nps", {"nps-ps-0": "Failed"})
     assert sum(1 for t, _, _ in history.events if t == "ADDED") == 8
 
 
@@ -516,7 +516,9 @@ def test_finished_job_with_deleted_pods_stays_finished(
         after = kube.tfjob(ns, name)
         assert after is not None
         assert after["status"] == before["status"], name
-        assert svc_names(kube, ns, name) == [f"{name}-worker-0", f"{name}-worker-1"]
+    assert svc_names(kube, ns, "ok") == ["ok-worker-0", "ok-worker-1"]
+    # A failed job is cleaned up as under Running: a service goes with its pod.
+    wait_for(lambda: svc_names(kube, ns, "bad") == [], 10, "bad: no services")
     assert cond_of(ok, "Succeeded")[:2] == ("True", "TFJobSucceeded")  # type: ignore[index]
     assert rs(ok, "Worker") == {
         "active": 0,

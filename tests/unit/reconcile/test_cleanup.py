@@ -10,6 +10,7 @@ from reconcile import conditions as cond
 from reconcile.cleanup import (
     Cleanup,
     cleanup_deletions,
+    effective_policy,
     finished_at,
     finished_cleanup,
     finishing_cleanup,
@@ -156,5 +157,41 @@ def test_finishing_cleanup_never_deletes_the_job_in_the_finishing_pass(ttl: int)
 
 
 def test_finishing_cleanup_without_ttl_sets_no_timer() -> None:
-    done = finishing_cleanup(RunPolicy(clean_pod_policy="None"), PODS, SERVICES, at(1), at(1))
+    policy = RunPolicy(clean_pod_policy="None")
+    done = finishing_cleanup(policy, PODS, SERVICES, at(1), at(1))
     assert done == Cleanup()
+
+
+@pytest.mark.parametrize(
+    ("policy", "failed", "want"),
+    [
+        (None, True, "Running"),
+        ("None", True, "Running"),
+        ("Running", True, "Running"),
+        ("All", True, "All"),
+        (None, False, None),
+        ("None", False, "None"),
+        ("All", False, "All"),
+    ],
+)
+def test_effective_policy(policy: str | None, failed: bool, want: str | None) -> None:
+    assert effective_policy(policy, failed) == want
+
+
+@pytest.mark.parametrize("policy", [None, "None"])
+def test_a_failed_job_stops_its_active_pods_under_policy_none(policy: str | None) -> None:
+    """Pending and Running pods go (an OnFailure pod would be restarted forever); the
+    finished ones stay with their services, for their logs. Not in the pass that fails
+    the job: only once its Failed status is stored."""
+    run_policy = RunPolicy(clean_pod_policy=policy)
+    assert finishing_cleanup(run_policy, PODS, SERVICES, at(1), at(1)) == Cleanup()
+    status = JobStatus(conditions=finishing_conditions("Failed"), completion_time=at(1))
+    later = finished_cleanup(run_policy, status, PODS, SERVICES, at(9))
+    assert names(later.delete_pods) == ["t-ps-0", "t-worker-1"]
+    assert "t-chief-0" not in names(later.delete_services)
+    succeeded = JobStatus(conditions=finishing_conditions("Succeeded"), completion_time=at(1))
+    assert finished_cleanup(run_policy, succeeded, PODS, SERVICES, at(9)).idle
+
+
+def finishing_conditions(cond_type: str) -> list[Any]:
+    return finishing(cond_type, "True", 1)
