@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 binaries: venv
 	VENV=$(VENV) hack/build-binaries.sh --scheduler-plugins
 
-# What a real node runs: kubelet, containerd and its shim, ctr, runc (apt: root).
+# What a real node runs: kubelet, containerd and its shim, ctr, runc, crictl, CoreDNS,
+# the pause and workload images (apt and debootstrap: root).
 node-binaries: venv
 	VENV=$(VENV) hack/build-node.sh
 
@@ -47,8 +48,9 @@ unit: venv
 	$(PY) -m pytest tests/unit -q
 
 # Every test: lint and layering checks, unit tests, the cluster tests against the real
-# local control plane (left running afterwards for fast re-runs), then the image test.
-test: lint cluster
+# local control plane (left running afterwards for fast re-runs; tests/cluster/
+# test_real_node.py adds the real node to it), then the image test.
+test: lint cluster node-binaries
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
 	PYTHON=$(PY) hack/image-test.sh
 

@@ -181,7 +181,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     yield c
     if not was_running and os.environ.get("TFJOB_KEEP_CLUSTER") != "1":
+        had_real_node = "real_node" in (cluster_mod.load_state(d) or {})
         subprocess.run(cluster_mod.command("down"), cwd=REPO, check=False)
+        if had_real_node:
+            # `down` must leave no process, mount, bridge or firewall rule of the node
+            left = cluster_mod.node.leftovers(d)
+            assert left == [], f"the real node left behind: {left}"
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ cli.py the command line over it.
 
 import sys
 
-from hack.cluster import gang
+from hack.cluster import gang, node
 from hack.cluster.api import Api
 from hack.cluster.crds import install_volcano_crd, remove_volcano_crd
 from hack.cluster.host import REPO, cluster_dir, free_port, listening_ports, pid_alive
@@ -37,6 +37,7 @@ __all__ = [
     "install_volcano_crd",
     "listening_ports",
     "load_state",
+    "node",
     "pid_alive",
     "remove_volcano_crd",
     "status_report",

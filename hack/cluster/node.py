@@ -203,6 +203,10 @@ def kubelet_config(d: Path, state: dict[str, Any]) -> dict[str, Any]:
             "nodefs.inodesFree": "1%",
         },
         "serializeImagePulls": False,
+        # A crashing container is restarted after 1 s, not 10 s doubling to 5 min: the
+        # tests of in-place restarts (OnFailure, backoffLimit) take seconds.
+        "featureGates": {"KubeletCrashLoopBackOffMax": True},
+        "crashLoopBackOff": {"maxContainerRestartPeriod": "1s"},
         "shutdownGracePeriod": "0s",
     }
 
@@ -301,8 +305,7 @@ def crictl(d: Path, state: dict[str, Any], *args: str, timeout: float = 60) -> s
     bins = Path(state["real_node"]["bin_dir"])
     out = subprocess.run(
         [str(bins / "crictl"), f"--runtime-endpoint=unix://{paths(d)['socket']}", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        capture_output=True,  # stderr: its warnings, kept out of the answer
         text=True,
         timeout=timeout,
     )
@@ -347,18 +350,19 @@ def stop(d: Path, state: dict[str, Any]) -> None:
         # Through CRI, so CNI releases each pod's address and its namespace is removed.
         if crictl(d, state, "rmp", "--all", "--force") is None:
             log("real node: crictl could not remove every pod sandbox")
-    if "containerd" in pids:
-        stop_process(pids["containerd"])
+    for name in ("containerd", "coredns"):
+        if name in pids:
+            stop_process(pids[name])
     for pid in our_shims(d):
         stop_process(pid, timeout=5)
     for point in mounts_under(paths(d)["dir"]):
         subprocess.run(["umount", "-l", point], check=False, stderr=subprocess.DEVNULL)
-    left = mounts_under(paths(d)["dir"])
-    if left:
-        log(f"real node: could not unmount {left}")
     # The bridge outlives its pods; a next `up` would reuse it, but `down` leaves nothing.
     subprocess.run(["ip", "link", "delete", BRIDGE], check=False, stderr=subprocess.DEVNULL)
     remove_bridge_forwarding()
+    left = leftovers(d)
+    if left:
+        log(f"real node: left behind after stopping: {left}")
     # containerd's parent cgroup for the sandboxes, empty once they are gone
     for parent in Path("/sys/fs/cgroup").glob("*/k8s.io"):
         try:
@@ -401,6 +405,28 @@ def remove_bridge_forwarding() -> None:
     for _ in range(10):
         if not _iptables("-D", *_FORWARD_RULE):
             return
+
+
+def leftovers(d: Path) -> list[str]:
+    """What a stopped real node left behind: mounts under its directory, processes
+    started from its binaries or naming its socket, its bridge, its FORWARD rule."""
+    found = [f"mount {m}" for m in mounts_under(paths(d)["dir"])]
+    found += [f"shim pid {pid}" for pid in our_shims(d)]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(paths(d)["dir"]).encode() in cmd and b"containerd-shim" not in cmd:
+            line = cmd.replace(b"\0", b" ").decode(errors="replace")[:200]
+            found.append(f"process {entry.name}: {line}")
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        found.append(f"bridge {BRIDGE}")
+    if _iptables("-C", *_FORWARD_RULE):
+        found.append("the FORWARD rule for the bridge")
+    return found
 
 
 def node_ready(api: Any) -> bool:
