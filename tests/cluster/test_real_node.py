@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import textwrap
@@ -22,8 +23,9 @@ from kubeflow.training import TrainingClient
 
 from hack.cluster import command
 from hack.cluster import node as real_node_mod
-from tests.cluster.kube import ControllerProcess, Kube, wait_for, wait_job
+from tests.cluster.kube import ControllerProcess, Kube, PodHistory, live, wait_for, wait_job
 from tests.cluster.policy_helpers import rs
+from tests.cluster.test_chaos import DELETE, SIGKILL, Model
 from tests.conftest import Cluster
 
 #: needs the local cluster (it adds the real node to it), and root
@@ -256,3 +258,85 @@ def test_exit_codes_of_real_processes(
     assert pod is not None and pod["metadata"]["uid"] == second["metadata"]["uid"]
     assert container_status(pod)["state"]["terminated"]["exitCode"] == 1
     assert logs(cluster, ns, "codes-worker-0").strip() == "up"
+
+
+#: A worker of the chaos round: runs until the test writes an exit code to /tmp/exit.
+WAIT_FOR_EXIT = textwrap.dedent(
+    """
+    import os, sys, time
+    print("up", flush=True)
+    while not os.path.exists("/tmp/exit"):
+        time.sleep(0.1)
+    sys.exit(int(open("/tmp/exit").read()))
+    """
+)
+CHAOS_SEED = 20261204
+CHAOS_KILLS = 8
+
+
+def test_chaos_round_on_real_processes(
+    real_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
+) -> None:
+    """Seeded kills of real pods (deleted by someone else: disruptions) and of real
+    container processes (SIGKILL from the host: exit 137, a retry: restarted in place by
+    the kubelet under OnFailure, replaced by us under ExitCode). As in the chaos suite:
+    no index ever has two live pods, each job's restarts and disruptions are exactly
+    what its kills must have caused, and each job still Succeeds at the end."""
+    ns = namespace
+    rng = random.Random(CHAOS_SEED)
+    models = [
+        Model("onf", real_job("onf", WAIT_FOR_EXIT, workers=2, restart_policy="OnFailure")),
+        Model("exc", real_job("exc", WAIT_FOR_EXIT, workers=2, restart_policy="ExitCode")),
+    ]
+    plan = [
+        (rng.choice(models), rng.randrange(2), rng.choice([DELETE, SIGKILL]))
+        for _ in range(CHAOS_KILLS)
+    ]
+    killed: set[str] = set()
+
+    def running(m: Model, index: int) -> dict[str, Any] | None:
+        """The pod once it is a fair target: its container running, not killed in this
+        incarnation, and every earlier kill of the job accounted in its status."""
+        pod = kube.pod(ns, f"{m.name}-worker-{index}")
+        if not pod or not live(pod) or not container_status(pod).get("state", {}).get("running"):
+            return None
+        if incarnation(pod) in killed:
+            return None
+        got = rs(kube.tfjob(ns, m.name), "Worker")
+        want = (m.restarts.get("Worker", 0), m.disruptions.get("Worker", 0))
+        return pod if (got["restarts"], got["disruptions"]) == want else None
+
+    with PodHistory(cluster, ns) as history:
+        for m in models:
+            kube.create_tfjob(ns, m.body)
+        for m, index, kind in plan:
+            name = f"{m.name}-worker-{index}"
+            pod = wait_for(lambda: running(m, index), 90, f"{name} running")  # noqa: B023
+            killed.add(incarnation(pod))
+            if kind == DELETE:
+                kube.delete_pod(ns, name)
+            else:
+                os.kill(_container_pid(cluster, ns, name), signal.SIGKILL)
+            m.kill("Worker", kind, ns)
+        for m in models:
+            for index in range(2):
+                wait_for(lambda: running(m, index), 90, f"{m.name}-worker-{index} back")  # noqa: B023
+            exec_write(cluster, ns, f"{m.name}-worker-0", "/tmp/exit", "0")
+        finals = {m.name: wait_job(kube, ns, m.name, "Succeeded", timeout=60) for m in models}
+    assert history.violations == []
+    kinds = {kind for _, _, kind in plan}
+    assert kinds == {DELETE, SIGKILL} and {m.name for m, _, _ in plan} == {"onf", "exc"}
+    for m in models:
+        got = rs(finals[m.name], "Worker")
+        want = (m.restarts.get("Worker", 0), m.disruptions.get("Worker", 0), 0)
+        assert (got["restarts"], got["disruptions"], got["failed"]) == want, m.name
+
+
+def incarnation(pod: dict[str, Any]) -> str:
+    """A pod's container run: its UID and the container's restart count."""
+    return f"{pod['metadata']['uid']}/{container_status(pod).get('restartCount', 0)}"
+
+
+def exec_write(cluster: Cluster, ns: str, pod: str, path: str, text: str) -> None:
+    script = f"open({path!r}, 'w').write({text!r})"
+    cluster.kubectl("exec", "-n", ns, pod, "-c", "tensorflow", "--", "python3", "-c", script)
