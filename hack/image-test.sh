@@ -68,6 +68,9 @@ cleanup() {
     log "stopping the dockerd this run started (pid $ENGINE_PID)"
     kill "$ENGINE_PID" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$ENGINE_PID" 2>/dev/null || break; sleep 0.2; done
+    # dockerd leaves its default network namespace mounted under its exec root
+    awk '$5 ~ "^/run/tfjob-image-test/" {print $5}' /proc/self/mountinfo | sort -r \
+      | xargs -r -n1 umount -l 2>/dev/null || true
   fi
   exit "$rc"
 }

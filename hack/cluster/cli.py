@@ -260,6 +260,8 @@ def cmd_down(opts: argparse.Namespace, keep_logs: bool = False) -> int:
     if not state:
         log(f"no cluster state in {d}; nothing to stop")
         return 0
+    if getattr(opts, "real_node", False):
+        return _remove_real_node(d, state)
     if "real_node" in state:
         node.stop(d, state)
     pids = [state["pids"][n] for n in reversed(COMPONENTS) if n in state["pids"]]
@@ -277,6 +279,26 @@ def cmd_down(opts: argparse.Namespace, keep_logs: bool = False) -> int:
         shutil.rmtree(d, ignore_errors=True)
     log(f"stopped {len(pids)} processes" + ("" if keep_logs else f" and removed {d}"))
     return 0
+
+
+def _remove_real_node(d: Path, state: dict[str, Any]) -> int:
+    """`down --real-node`: the real node alone goes; the control plane keeps running."""
+    if "real_node" not in state:
+        log("no real node in this cluster")
+        return 0
+    node.stop(d, state)
+    for name in node.COMPONENTS:
+        state["pids"].pop(name, None)
+    for port in node.PORTS:
+        state["ports"].pop(port, None)
+    del state["real_node"]
+    save_state(d, state)
+    status, _ = Api(d, state["ports"]["apiserver"]).request(
+        "DELETE", f"/api/v1/nodes/{node.NODE_NAME}"
+    )
+    left = node.leftovers(d)
+    log(f"removed the real node (Node object: HTTP {status}); left behind: {left or 'nothing'}")
+    return 1 if left else 0
 
 
 def cmd_restart(opts: argparse.Namespace) -> int:
@@ -380,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--real-node",
         action="store_true",
-        help=f"also run a real node ({node.NODE_NAME}: containerd, runc and kubelet; root)",
+        help=f"up: also run a real node ({node.NODE_NAME}: containerd, runc, kubelet, "
+        "CoreDNS; root); down: remove only the real node",
     )
     opts = p.parse_args(argv)
     if opts.command == "restart" and not opts.component:

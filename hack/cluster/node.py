@@ -46,6 +46,8 @@ BRIDGE = "tfjob-cni0"
 POD_SUBNET = "10.89.0.0/24"
 CNI_BIN_DIR = "/usr/lib/cni"
 COMPONENTS = ["containerd", "coredns", "kubelet"]
+#: its entries in the cluster state's ports
+PORTS = ["kubelet", "kubelet_healthz", "coredns_ready"]
 #: Unix socket paths are limited to 107 bytes; the shim's lives under the state dir.
 _MAX_SOCKET_PATH = 100
 
@@ -445,7 +447,7 @@ def prepare(state: dict[str, Any]) -> None:
         raise RuntimeError("--real-node needs root (containers, mounts, network namespaces)")
     bins = build()
     state["real_node"] = {"bin_dir": str(bins), "ip": node_ip(), "name": NODE_NAME}
-    for port in ("kubelet", "kubelet_healthz", "coredns_ready"):
+    for port in PORTS:
         state["ports"][port] = free_port()
 
 

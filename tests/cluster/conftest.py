@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
+from hack.cluster import command, node
 from tests.cluster.kube import ControllerProcess, Kube
 from tests.conftest import Cluster
 
@@ -32,3 +35,19 @@ def controller(cluster: Cluster) -> Iterator[ControllerProcess]:
 @pytest.fixture(scope="session")
 def kube(cluster: Cluster) -> Kube:
     return Kube(cluster)
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> str:
+    """The name of the real node (containerd, runc, kubelet, cluster DNS), added to the
+    session's cluster by `hack/cluster.sh up --real-node` and kept until `down`. Pods
+    run there only with its label and toleration (hack.cluster.node: NODE_LABELS,
+    REAL_NODE_TAINT). A machine where it cannot run fails the test, with the reason."""
+    if os.geteuid() != 0:
+        pytest.fail("the real node needs root (containers, mounts, network namespaces)")
+    proc = subprocess.run(
+        command("up", "--real-node"), cwd=node.REPO, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"the real node did not come up:\n{proc.stderr[-6000:]}", pytrace=False)
+    return node.NODE_NAME

@@ -13,15 +13,12 @@ import json
 import os
 import random
 import signal
-import subprocess
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubeflow.training import TrainingClient
 
-from hack.cluster import command
 from hack.cluster import node as real_node_mod
 from tests.cluster.kube import ControllerProcess, Kube, PodHistory, live, wait_for, wait_job
 from tests.cluster.policy_helpers import rs
@@ -113,23 +110,6 @@ def real_job(
         "metadata": {"name": name},
         "spec": spec,
     }
-
-
-@pytest.fixture(scope="module")
-def real_node(cluster: Cluster) -> Iterator[str]:
-    """The real node, added to the session's cluster (`up --real-node`; kept until
-    `down`). A machine where it cannot run fails here, with the reason."""
-    if os.geteuid() != 0:
-        pytest.fail("the real node needs root (containers, mounts, network namespaces)")
-    proc = subprocess.run(
-        command("up", "--real-node"),
-        cwd=real_node_mod.REPO,
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"the real node did not come up:\n{proc.stderr[-6000:]}", pytrace=False)
-    yield real_node_mod.NODE_NAME
 
 
 def container_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -340,3 +320,14 @@ def incarnation(pod: dict[str, Any]) -> str:
 def exec_write(cluster: Cluster, ns: str, pod: str, path: str, text: str) -> None:
     script = f"open({path!r}, 'w').write({text!r})"
     cluster.kubectl("exec", "-n", ns, pod, "-c", "tensorflow", "--", "python3", "-c", script)
+
+
+def test_down_removes_the_node_and_leaves_nothing(real_node: str, cluster: Cluster) -> None:
+    """`down --real-node` (what `down` does first): no process, mount, bridge or
+    firewall rule of the node is left, and the Node is gone; `up --real-node` brings it
+    back Ready. (Last in this module: the ones above ran pods on the node.)"""
+    cluster._hack("down", "--real-node")
+    assert real_node_mod.leftovers(cluster.dir) == []
+    assert cluster.api.request("GET", f"/api/v1/nodes/{real_node}")[0] == 404
+    cluster._hack("up", "--real-node")
+    assert real_node_mod.node_ready(cluster.api)
