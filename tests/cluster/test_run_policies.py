@@ -504,6 +504,8 @@ def test_finished_job_with_deleted_pods_stays_finished(
     kube.exit_pod(ns, "bad-worker-1", 1)
     ok = wait_job(kube, ns, "ok", "Succeeded")
     bad = wait_job(kube, ns, "bad", "Failed")
+    # the failed job stops its running worker on its own first
+    _wait_kept(kube, ns, "bad", {"bad-worker-1": "Failed"})
     with PodHistory(cluster, ns) as history:
         for p in kube.pods(ns):
             kube.delete_pod(ns, p["metadata"]["name"])
