@@ -77,6 +77,11 @@ async def wait_event(event: anyio.Event, seconds: float | None, clock: Clock) ->
     if seconds is None:
         await event.wait()
         return True
+    if isinstance(clock, SystemClock):
+        # A deadline on the event loop's own clock: no timer task per wait.
+        with anyio.move_on_after(max(seconds, 0.0)):
+            await event.wait()
+        return event.is_set()
     async with anyio.create_task_group() as tg:
 
         async def _timer() -> None:

@@ -159,7 +159,8 @@ class ChildWrites:
     async def _bounded(self, writes: list[Callable[[], Awaitable[None]]]) -> None:
         if not writes:
             return
-        limiter = anyio.Semaphore(self._max_concurrent)
+        # fast_acquire: a free slot is taken without a trip through the event loop
+        limiter = anyio.Semaphore(self._max_concurrent, fast_acquire=True)
 
         async def bounded(fn: Callable[[], Awaitable[None]]) -> None:
             async with limiter:

@@ -143,6 +143,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="cap of the replacement backoff in seconds (default 360)",
     )
     p.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the event loop: uvloop (default; less CPU and memory per request, most of"
+        " it in TLS) or the standard library's asyncio loop",
+    )
+    p.add_argument(
         "--loop-lag-interval",
         type=float,
         default=0.1,
@@ -354,6 +361,7 @@ async def run(args: argparse.Namespace) -> int:
             leader_elect=args.leader_elect,
             identity=identity,
             gang_scheduler=gang.scheduler_name if gang else None,
+            event_loop=args.event_loop,
         )
         return await manager.run()
 
@@ -375,7 +383,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(explain_main(words[1:], prog="tfjob-controller explain"))
     args = parse_args(argv)
     configure_logging(args.log_format, args.log_level)
-    sys.exit(anyio.run(run, args))
+    options = {"use_uvloop": True} if args.event_loop == "uvloop" else {}
+    sys.exit(anyio.run(run, args, backend="asyncio", backend_options=options))
 
 
 if __name__ == "__main__":
