@@ -146,8 +146,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--event-loop",
         choices=["uvloop", "asyncio"],
         default="uvloop",
-        help="the event loop: uvloop (default; less CPU and memory per request, most of"
-        " it in TLS) or the standard library's asyncio loop",
+        help="the event loop: uvloop (default; less CPU and peak memory in hack/bench)"
+        " or the standard library's asyncio loop",
     )
     p.add_argument(
         "--loop-lag-interval",
