@@ -121,6 +121,9 @@ class TFJobReconciler:
         self.failures = CreateFailures(clock, grace_seconds=failed_create_grace)
         #: jobs whose status write was handed to the background and is not back yet
         self._status_in_flight: set[str] = set()
+        #: per job waiting on its own writes, the pods (and spec generation) its last
+        #: progress report was computed from (``_while_creating``)
+        self._reported: dict[str, tuple[object, ...]] = {}
         self._children = ChildWrites(
             pods=writers.pods,
             services=writers.services,
@@ -148,6 +151,7 @@ class TFJobReconciler:
             self.expectations.satisfied(k) for k in expectation_keys(key)
         ):
             return await self._while_creating(key, raw)
+        self._reported.pop(key, None)
         # 3. Pods an earlier job of this name left tracked go first: their names are the
         #    ones this job's pods will take.
         uid = raw["metadata"]["uid"]
@@ -245,15 +249,24 @@ class TFJobReconciler:
         structlog.contextvars.bind_contextvars(outcome="awaiting-expectations")
         uid = raw["metadata"]["uid"]
         pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, uid)
+        # Progress is a function of the pods and the spec: the same ones as at the last
+        # report (its write now seen, or nothing to report then) give the same report.
+        # Most passes here come from our own status write being seen.
+        inputs = (raw["metadata"].get("generation"), *sorted(_versions(pods)))
+        if self._reported.get(key) == inputs:
+            structlog.contextvars.bind_contextvars(progress="unchanged")
+            return waiting
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
         view, plan = await self._plan(key, raw, pods, services, status_only=True)
         if plan.status is None or not plan.reports_progress or plan.skip_reason:
+            self._reported[key] = inputs
             return waiting
         wait = self.pacer.delay(key)
         if wait > 0:
             structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
             return Result(requeue_after=wait)
         await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        self._reported[key] = inputs
         self.pacer.mark(key)
         self._announce(view, plan)
         structlog.contextvars.bind_contextvars(status_written=True)
@@ -284,6 +297,7 @@ class TFJobReconciler:
         for k in expectation_keys(key):
             self.expectations.delete(k)
         self.specs.forget(key)
+        self._reported.pop(key, None)
         self.pacer.forget(key)
         self.failures.forget(key)
         return _done("gone")
@@ -349,6 +363,10 @@ class TFJobReconciler:
             self.events.event(view.raw, ev.type, ev.reason, ev.message)
             if self.metrics is not None:
                 self.metrics.transition(view.raw, ev.reason)
+
+
+def _versions(pods: list[JSON]) -> list[str]:
+    return [p["metadata"].get("resourceVersion", "") for p in pods]
 
 
 def _replicas(view: JobView) -> int:

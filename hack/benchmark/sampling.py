@@ -77,7 +77,10 @@ class ControllerProc:
                 *flags,
             ]
         else:
-            argv = [python, "-m", "tfjob_controller.app", *flags]
+            # e.g. TFJOB_BENCH_WRAP="-m cProfile -o /tmp/prof.out": the controller under a
+            # profiler of one's choosing (its figures then carry that profiler's overhead)
+            wrap = os.environ.get("TFJOB_BENCH_WRAP", "").split()
+            argv = [python, *wrap, "-m", "tfjob_controller.app", *flags]
         return cls(argv, health, out / f"controller-{mode.slug}.log", session)
 
     @classmethod

@@ -158,3 +158,35 @@ def test_a_status_only_job_update_is_held_unless_a_pass_awaits_it() -> None:
     relabelled = {**awaited, "metadata": {**awaited["metadata"], "labels": {"a": "b"}}}
     handler.on_update(awaited, relabelled)  # the job itself changed
     assert queue.now == [KEY, KEY]
+
+
+def test_unstarted_children_of_a_job_awaiting_its_creates_do_not_enqueue_it() -> None:
+    """While a job's own creates are not all seen, its pass could only report progress:
+    a child appearing or a pod scheduled is none. The child that completes the creates
+    enqueues it, and so does a pod that starts."""
+    exp, queue = world()
+    pods, services = pod_handler(exp, queue), service_handler(exp, queue)
+    assert pods.on_add and pods.on_update and services.on_add
+    exp.expect_creations(pods_key(KEY), 2)
+    exp.expect_creations(services_key(KEY), 1)
+    first = make_pod(JOB, "Worker", 0).pending().unscheduled().obj()
+    pods.on_add(first)
+    services.on_add(make_service(JOB, "Worker", 0))
+    scheduled = make_pod(JOB, "Worker", 0).pending().obj()
+    pods.on_update(first, scheduled)
+    assert queue.now == [] and queue.later == []
+
+    running = make_pod(JOB, "Worker", 0).running().obj()
+    pods.on_update(scheduled, running)  # progress: counted at once by a waiting pass
+    assert queue.later == [(KEY, PROGRESS_BATCH_SECONDS)]
+    pods.on_add(make_pod(JOB, "Worker", 1).pending().obj())  # the last create seen
+    assert exp.satisfied(pods_key(KEY))
+    assert queue.later == 2 * [(KEY, PROGRESS_BATCH_SECONDS)]
+
+
+def test_a_child_nobody_awaited_always_enqueues_its_job() -> None:
+    exp, queue = world()
+    pods = pod_handler(exp, queue)
+    assert pods.on_add
+    pods.on_add(make_pod(JOB, "Worker", 0).pending().obj())  # adopted, or seen on a relist
+    assert queue.later == [(KEY, PROGRESS_BATCH_SECONDS)]

@@ -167,6 +167,42 @@ async def test_progress_is_reported_while_the_jobs_own_creates_are_on_their_way(
     assert len(w.writer.created) == 6 and max(Counter(w.writer.created).values()) == 2
 
 
+def _at(pod: dict[str, Any], rv: str) -> dict[str, Any]:
+    return {**pod, "metadata": {**pod["metadata"], "resourceVersion": rv}}
+
+
+async def test_a_waiting_pass_plans_again_only_when_its_pods_changed() -> None:
+    """Most passes of a job waiting on its creates come from its own progress write
+    being seen: with the same pods as the report it made, there is nothing to report."""
+    job = make_tfjob("t").chief().worker(2).obj()
+    w = ReconcilerWorld(job, hold_creates=True)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        await w.reconciler.reconcile(KEY)
+        await anyio.wait_all_tasks_blocked()
+        w.store_status()
+        w.clock.advance(1)
+        chief = make_pod(job, "Chief", 0).uid("uid-t-chief-0")
+        w.pods.upsert(_at(chief.running().obj(), "10"))
+        await w.reconciler.reconcile(KEY)
+        assert len(w.writer.statuses) == 2
+        w.store_status()  # the write seen: its pass finds the same pods
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert structlog.contextvars.get_contextvars()["progress"] == "unchanged"
+        w.clock.advance(1)
+        worker = make_pod(job, "Worker", 0).uid("uid-t-worker-0")
+        w.pods.upsert(_at(worker.running().obj(), "11"))
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert "progress" not in structlog.contextvars.get_contextvars()
+        assert len(w.writer.statuses) == 3
+        assert w.writer.statuses[-1]["replicaStatuses"]["Worker"]["active"] == 1
+        w.writer.release.set()
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+
+
 async def test_a_failing_create_backs_off_through_the_queue_until_it_succeeds() -> None:
     w = ReconcilerWorld(make_tfjob("t").chief().worker(2).obj())
     w.writer.fail = {"t-worker-1"}  # its pod and its service
