@@ -91,7 +91,14 @@ def redact(text: str) -> str:
     return text
 
 
+#: Values that cannot hold a credential: passed through without a look (most of the
+#: values of the per-reconcile summary line are counts, flags and durations).
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
 def _redact_value(value: Any) -> Any:
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
