@@ -15,8 +15,8 @@ Not at all, while the job's own writes are not all observed: a child appearing t
 leaves it still waiting, or a pod that stays unstarted (scheduled, say). The job's next
 pass could then only report progress (reconcile.tfjob ``_while_creating``), and an
 unstarted pod is no progress; the event that observes the last of its writes enqueues
-it. At 20 QPS a job's creates are spread over the whole burst, and these events were
-two thirds of its passes.
+it. At 20 QPS a job's creates are spread over the whole burst, so each of its children
+would otherwise cost a pass.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from controller.types import JSON, EventHandler, Expectations, KeyQueue, object_key
 from reconcile.keys import (
-    expectation_keys,
+    own_writes_observed,
     podgroups_key,
     pods_key,
     releases_key,
@@ -80,11 +80,6 @@ def is_unstarted(pod: JSON) -> bool:
     return phase_of(pod) == PodPhase.PENDING and not is_terminating(pod) and not restart_count(pod)
 
 
-def awaits_own_writes(expectations: Expectations, key: str) -> bool:
-    """Some write of the job's own (create, delete, release, status) is not observed yet."""
-    return not all(expectations.satisfied(k) for k in expectation_keys(key))
-
-
 def _child_handler(
     exp_key: Callable[[str], str], expectations: Expectations, queue: KeyQueue, *, pods: bool
 ) -> EventHandler:
@@ -92,7 +87,7 @@ def _child_handler(
         key = owner_job_key(obj)
         if key:
             expectations.creation_observed(exp_key(key))
-            if (not pods or is_unstarted(obj)) and awaits_own_writes(expectations, key):
+            if (not pods or is_unstarted(obj)) and not own_writes_observed(expectations, key):
                 return
             queue.add_after(key, PROGRESS_BATCH_SECONDS)
 
@@ -107,7 +102,7 @@ def _child_handler(
         if pods and is_tracked(old) and not is_tracked(new):
             expectations.deletion_observed(releases_key(key), new["metadata"]["uid"])
         unstarted = pods and is_unstarted(old) and is_unstarted(new)
-        if unstarted and awaits_own_writes(expectations, key):
+        if unstarted and not own_writes_observed(expectations, key):
             return
         if pods and is_progress_only(old, new):
             queue.add_after(key, PROGRESS_BATCH_SECONDS)

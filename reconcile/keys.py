@@ -7,6 +7,8 @@ so both sides must derive them the same way: here, and nowhere else.
 
 from __future__ import annotations
 
+from controller.types import Expectations
+
 
 def pods_key(job_key: str) -> str:
     return f"{job_key}/pods"
@@ -36,3 +38,9 @@ def expectation_keys(job_key: str) -> tuple[str, ...]:
         releases_key(job_key),
         podgroups_key(job_key),
     )
+
+
+def own_writes_observed(expectations: Expectations, job_key: str) -> bool:
+    """Every write of the job's own (creates, deletes, releases, its status) is seen in
+    the caches: its next pass may plan."""
+    return all(expectations.satisfied(k) for k in expectation_keys(job_key))

@@ -45,6 +45,7 @@ from reconcile.failures import CreateFailures
 from reconcile.gang import priority_class_of
 from reconcile.keys import (
     expectation_keys,
+    own_writes_observed,
     podgroups_key,
     pods_key,
     releases_key,
@@ -147,9 +148,7 @@ class TFJobReconciler:
         #    Creates still queued in the background count as not yet observed however
         #    long they wait, whatever the expectations' TTL says. Progress alone may
         #    still be reported meanwhile.
-        if self.spawner.backlog(key) or not all(
-            self.expectations.satisfied(k) for k in expectation_keys(key)
-        ):
+        if self.spawner.backlog(key) or not own_writes_observed(self.expectations, key):
             return await self._while_creating(key, raw)
         self._reported.pop(key, None)
         # 3. Pods an earlier job of this name left tracked go first: their names are the
