@@ -17,6 +17,10 @@ with ``begin``/``end``, so a pass belongs to the batch of the work it spawns.
   failure in it. A pass that succeeds just after (or while) its work failed therefore
   cannot reset the backoff that failing work is building: without this, a create that
   is refused at once would be retried every few milliseconds forever.
+- When the last of a key's spawned work ends, the key is looked at again
+  ``drained_recheck`` seconds later, if set: a safety net for a write whose informer
+  event never comes (or that lowered its own expectation), so the passes that ran while
+  the work was pending need set no timer of their own.
 - ``spawn`` needs ``run()`` to be running (the Controller runs it beside its workers);
   work still running when it is cancelled (lease lost, shutdown) is cancelled with it.
 """
@@ -44,6 +48,8 @@ class RetryQueue(Protocol[K_contra]):
 
     def forget(self, item: K_contra) -> None: ...
 
+    def add_after(self, item: K_contra, delay: float) -> None: ...
+
 
 @dataclass(slots=True)
 class _Batch:
@@ -53,8 +59,11 @@ class _Batch:
 
 
 class Background(Generic[K]):
-    def __init__(self, queue: RetryQueue[K], *, limit: int = 64) -> None:
+    def __init__(
+        self, queue: RetryQueue[K], *, limit: int = 64, drained_recheck: float | None = None
+    ) -> None:
         self._queue = queue
+        self._drained_recheck = drained_recheck
         # fast_acquire: a free slot is taken without a trip through the event loop (one
         # per write: a measurable share of the CPU at a low QPS)
         self._limit = anyio.Semaphore(limit, fast_acquire=True)
@@ -132,6 +141,8 @@ class Background(Generic[K]):
         finally:
             batch.work -= 1
             self._work -= 1
+            if not batch.work and self._drained_recheck is not None:
+                self._queue.add_after(key, self._drained_recheck)
             self._settle(key, batch, failed=failed, requeue=True)
 
     def _settle(self, key: K, batch: _Batch, *, failed: bool, requeue: bool) -> None:

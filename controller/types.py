@@ -242,7 +242,9 @@ class Spawner(Protocol):
     key's failure history is forgotten only once the pass and all it spawned succeeded,
     and work that fails puts the key back rate-limited (``add_rate_limited``). The work
     itself reports nothing else: it records what it must (events, expectations) and
-    raises on failure. Never blocks and never raises."""
+    raises on failure. When the last of a key's work ends, the key may be looked at again
+    after a while (a safety net, set where the spawner is made), so a pass that waits on
+    spawned work needs no timer of its own. Never blocks and never raises."""
 
     def spawn(self, key: str, work: Callable[[], Awaitable[None]], *, bounded: bool = True) -> None:
         """``bounded=False``: not behind the limit on concurrent work (a job's one status

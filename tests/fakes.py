@@ -18,7 +18,7 @@ from controller.types import JSON, split_key
 from controller.workqueue import WorkQueue
 from reconcile.handlers import pod_handler, service_handler
 from reconcile.pacing import STATUS_PACE_SECONDS
-from reconcile.tfjob import Caches, TFJobReconciler, Writers
+from reconcile.tfjob import UNSATISFIED_RECHECK_SECONDS, Caches, TFJobReconciler, Writers
 
 
 class RecordingEvents:
@@ -99,7 +99,7 @@ class ReconcilerWorld:
         self.events = RecordingEvents()
         self.expectations = ControllerExpectations(self.clock)
         self.queue = WorkQueue[str]("tfjob", clock=self.clock)
-        self.background = Background(self.queue)
+        self.background = Background(self.queue, drained_recheck=UNSATISFIED_RECHECK_SECONDS)
         self.reconciler = TFJobReconciler(
             caches=Caches(jobs=self.jobs, pods=self.pods, services=self.services),
             writers=Writers(jobs=self.writer, pods=self.writer, services=self.writer),

@@ -58,7 +58,13 @@ from reconcile.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.pacing import STATUS_PACE_SECONDS
 from reconcile.plan import PlanConfig
 from reconcile.slim import slim_pod, slim_service
-from reconcile.tfjob import DEFAULT_FAILED_CREATE_GRACE, Caches, TFJobReconciler, Writers
+from reconcile.tfjob import (
+    DEFAULT_FAILED_CREATE_GRACE,
+    UNSATISFIED_RECHECK_SECONDS,
+    Caches,
+    TFJobReconciler,
+    Writers,
+)
 
 log = structlog.get_logger("tfjob-controller")
 
@@ -261,7 +267,7 @@ async def run(args: argparse.Namespace) -> int:
         queue = WorkQueue[str](
             CONTROLLER_NAME, clock=clock, metrics=metrics.queue(CONTROLLER_NAME, clock)
         )
-        background = Background(queue)
+        background = Background(queue, drained_recheck=UNSATISFIED_RECHECK_SECONDS)
         recorder = EventRecorder(
             ResourceClient(budgets.events, EVENTS),
             component=CONTROLLER_NAME,

@@ -187,3 +187,22 @@ async def test_backlog_counts_spawned_work_until_it_finishes_failed_or_not() -> 
         assert background.backlog() == 0 and background.backlog(KEY) == 0
         background.end(KEY, failed=False)
         tg.cancel_scope.cancel()
+
+
+async def test_a_key_is_looked_at_again_once_its_last_work_ends() -> None:
+    """The safety net for work whose result no informer event confirms: armed when the
+    key's backlog drains, not while it waits."""
+    queue = WorkQueue[str]("q", clock=FakeClock())
+    background = Background(queue, limit=2, drained_recheck=5.0)
+    gates = [anyio.Event(), anyio.Event()]
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for gate in gates:
+            background.spawn(KEY, gated(gate))
+        gates[0].set()
+        await settle()
+        assert background.backlog(KEY) == 1 and queue.waiting == 0
+        gates[1].set()
+        await settle()
+        assert background.backlog(KEY) == 0 and queue.waiting == 1
+        tg.cancel_scope.cancel()

@@ -113,12 +113,16 @@ async def test_pass_returns_before_its_creates_and_gates_the_next_one() -> None:
         assert w.writer.created == []
         assert w.expectations.pending(pods_key(KEY))[0] == 3
         assert w.expectations.pending(services_key(KEY))[0] == 3
-        # the next pass does not act on a cache that lacks its own creates
+        # the next pass does not act on a cache that lacks its own creates, and sets no
+        # timer while they are pending: the background looks at the job again once the
+        # last of them is done
         result = await w.reconciler.reconcile(KEY)
-        assert result.requeue_after is not None and len(w.writer.statuses) == 1
+        assert result.requeue_after is None and len(w.writer.statuses) == 1
+        assert w.queue.waiting == 0
         w.writer.release.set()
         await anyio.wait_all_tasks_blocked()
         assert len(w.writer.created) == 6
+        assert w.queue.waiting == 1
         assert w.events.reasons.count("SuccessfulCreatePod") == 3
         assert w.expectations.satisfied(pods_key(KEY))
         tg.cancel_scope.cancel()
