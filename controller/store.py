@@ -73,7 +73,12 @@ class Store:
     def __init__(self, indexers: Mapping[str, IndexFunc] | None = None) -> None:
         self._indexers = dict(DEFAULT_INDEXERS if indexers is None else indexers)
         self._items: dict[str, JSON] = {}
-        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        # Each index value's keys are a dict used as an ordered set: a third of the
+        # memory of a set for a job's handful of pods (272 bytes for 8 keys, not 728),
+        # and ``by_index`` answers in the order the objects were first seen.
+        self._indices: dict[str, dict[str, dict[str, None]]] = {
+            name: {} for name in self._indexers
+        }
         # (index, function) pairs: the write path walks these, with no lookup by name
         self._index_funcs = [(self._indices[name], f) for name, f in self._indexers.items()]
 
@@ -114,7 +119,7 @@ class Store:
             for value in func(obj):
                 keys = index.get(value)
                 if keys is not None:
-                    keys.discard(key)
+                    keys.pop(key, None)
                     if not keys:
                         del index[value]
 
@@ -123,9 +128,9 @@ class Store:
             for value in func(obj):
                 keys = index.get(value)
                 if keys is None:
-                    index[value] = {key}
+                    index[value] = {key: None}
                 else:
-                    keys.add(key)
+                    keys[key] = None
 
     def _reindex(self, key: str, old: JSON, new: JSON) -> None:
         """Move ``key`` from ``old``'s index values to ``new``'s. An update almost never
@@ -137,15 +142,15 @@ class Store:
             for value in before:
                 keys = index.get(value)
                 if keys is not None:
-                    keys.discard(key)
+                    keys.pop(key, None)
                     if not keys:
                         del index[value]
             for value in after:
                 keys = index.get(value)
                 if keys is None:
-                    index[value] = {key}
+                    index[value] = {key: None}
                 else:
-                    keys.add(key)
+                    keys[key] = None
 
     def upsert(self, obj: JSON) -> JSON | None:
         """Insert or replace; returns the previous object."""

@@ -206,3 +206,34 @@ async def test_a_key_is_looked_at_again_once_its_last_work_ends() -> None:
         await settle()
         assert background.backlog(KEY) == 0 and queue.waiting == 1
         tg.cancel_scope.cancel()
+
+
+async def test_waiting_work_starts_in_spawn_order_and_holds_no_task() -> None:
+    background, _ = make()
+    gates = [anyio.Event() for _ in range(5)]
+    started: list[int] = []
+
+    def work(i: int) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            started.append(i)
+            await gates[i].wait()
+
+        return run
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        tasks = len(anyio.get_running_tasks())
+        for i in range(5):
+            background.spawn(f"k{i % 2}", work(i))
+        await settle()
+        assert started == [0, 1]
+        assert len(anyio.get_running_tasks()) == tasks + 2  # one per running work only
+        for i in (1, 0, 2):
+            gates[i].set()
+            await settle()
+        assert started == [0, 1, 2, 3, 4]
+        for gate in gates:
+            gate.set()
+        await settle()
+        assert background.backlog() == 0
+        tg.cancel_scope.cancel()
