@@ -192,6 +192,10 @@ class ReplicaOutcome:
     ends: list[str] = field(default_factory=list)
 
 
+#: An index with no retry state (models are frozen: one instance serves every pass).
+_NO_RETRY = IndexRetry()
+
+
 def account_replica(
     inp: ReplicaInput,
     pods_by_index: Mapping[int, Sequence[JSON]],
@@ -221,7 +225,7 @@ def account_replica(
     for index in range(inp.replicas):
         if index in succeeded or index in failed:
             continue  # the durable terminal record: never re-run, never re-judged
-        rec = retries.get(index, IndexRetry())
+        rec = retries.get(index, _NO_RETRY)
         occupied = False
         replacement_running = False
         for pod in pods_by_index.get(index, ()):
@@ -308,7 +312,7 @@ def account_replica(
             "succeeded_indexes": format_indexes(succeeded),
             "failed_indexes": format_indexes(failed),
             "active_indexes": format_indexes(active_indexes),
-            "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != IndexRetry()},
+            "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != _NO_RETRY},
         }
     )
     return out
