@@ -138,6 +138,18 @@ class Background(Generic[K]):
             self._waiting.clear()
             self._work = 0
 
+    def drop_waiting(self) -> int:
+        """Forget the bounded work that has not started (the controller is stopping:
+        what it would have written, the next leader finds missing and writes itself);
+        return how much. Work already running is left to finish or be cancelled."""
+        dropped = len(self._waiting)
+        while self._waiting:
+            key, batch, _ = self._waiting.popleft()
+            batch.work -= 1
+            self._work -= 1
+            self._settle(key, batch, failed=False, requeue=False)
+        return dropped
+
     async def wait_idle(self) -> None:
         """Wait until no spawned work is running."""
         while self._batches:

@@ -92,9 +92,20 @@ class Controller:
 
     def stop_taking_work(self) -> None:
         """Workers finish their current key and exit; queued keys are left behind
-        (the next leader relists and rebuilds the queue)."""
+        (the next leader relists and rebuilds the queue), and so is spawned work that
+        has not started: at a low QPS a burst's queued creates would hold the drain
+        for minutes."""
         self._stopping = True
         self.queue.shut_down()
+        if self.background is not None:
+            dropped = self.background.drop_waiting()
+            if dropped:
+                log.info(
+                    "spawned work dropped",
+                    controller=self.name,
+                    dropped=dropped,
+                    running=self.background.backlog(),
+                )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the delay loop, the background work and the workers until

@@ -129,6 +129,31 @@ def _add_gang(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api
     log(f"added {gang.COMPONENT} (pid {pid}) to the running cluster")
 
 
+def kwok_nodes(api: Api, opts: argparse.Namespace, kwok_pid: int) -> None:
+    """Make sure ``opts.nodes`` kwok nodes exist and are Ready (applying is idempotent:
+    a running cluster reused for a bigger run gets the nodes it lacks)."""
+    for i in range(opts.nodes):
+        api.apply(node_manifest(i, opts), "/api/v1/nodes")
+
+    def nodes_ready() -> bool:
+        status, body = api.request("GET", "/api/v1/nodes")
+        if status != 200:
+            return False
+        ready = [
+            n
+            for n in body["items"]
+            if n["metadata"]["name"] in names
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in (n.get("status") or {}).get("conditions") or []
+            )
+        ]
+        return len(ready) >= opts.nodes
+
+    names = {node_manifest(i, opts)["metadata"]["name"] for i in range(opts.nodes)}
+    wait_for(f"{opts.nodes} kwok nodes Ready", nodes_ready, 60, [kwok_pid])
+
+
 #: how many times ``up`` starts a new cluster when a chosen port was taken meanwhile
 PORT_CLASH_ATTEMPTS = 3
 
@@ -150,6 +175,7 @@ def cmd_up(opts: argparse.Namespace) -> int:
                 install_volcano_crd(api)
             if opts.real_node and "real_node" not in state:
                 _add_real_node(d, state, opts, api)
+            kwok_nodes(api, opts, state["pids"]["kwok"])
             log(f"reusing the running cluster in {d}")
             print(d / "kubeconfig")
             return 0
@@ -212,24 +238,7 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
             if name in ("kube-controller-manager", "kube-scheduler", gang.COMPONENT):
                 _wait_healthy(name, state, launch(name))
         pid = launch("kwok")
-        for i in range(opts.nodes):
-            api.apply(node_manifest(i, opts), "/api/v1/nodes")
-
-        def nodes_ready() -> bool:
-            status, body = api.request("GET", "/api/v1/nodes")
-            if status != 200:
-                return False
-            ready = [
-                n
-                for n in body["items"]
-                if any(
-                    c["type"] == "Ready" and c["status"] == "True"
-                    for c in (n.get("status") or {}).get("conditions") or []
-                )
-            ]
-            return len(ready) >= opts.nodes
-
-        wait_for(f"{opts.nodes} kwok nodes Ready", nodes_ready, 60, [pid])
+        kwok_nodes(api, opts, pid)
 
         def default_ns() -> bool:
             return api.request("GET", "/api/v1/namespaces/default")[0] == 200

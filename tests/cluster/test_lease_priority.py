@@ -53,6 +53,8 @@ def test_renewals_keep_the_lease_while_creates_queue_for_longer_than_it(
         created = len(kube.pods(namespace, "queued")) + len(kube.services(namespace, "queued"))
         assert created < 100, "the creates were still queued: the test loaded the bucket"
     finally:
-        code = leader.stop()
+        # The drain may take its whole 30 s: the creates already waiting for a token
+        # (up to 64, at 2/s) are let finish or be cancelled then.
+        code = leader.stop(timeout=60)
         controller.start()  # whatever happened: the tests after this one need it
     assert code == 0

@@ -4,8 +4,11 @@ recognised as such (``up`` then starts again on other ports)."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from hack.cluster import cli, host
 
@@ -36,3 +39,32 @@ def test_a_start_that_lost_a_port_is_told_from_other_failures(tmp_path: Path) ->
     )
     assert cli._port_clash(tmp_path)
     assert not cli._port_clash(tmp_path / "missing")
+
+
+class _Nodes:
+    """The node API of a cluster whose kwok makes every applied node Ready."""
+
+    def __init__(self, existing: int) -> None:
+        self.nodes = {f"kwok-node-{i}" for i in range(existing)}
+        self.applied: list[str] = []
+
+    def apply(self, obj: dict[str, Any], collection: str) -> None:
+        assert collection == "/api/v1/nodes"
+        self.applied.append(obj["metadata"]["name"])
+        self.nodes.add(obj["metadata"]["name"])
+
+    def request(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
+        ready = [{"type": "Ready", "status": "True"}]
+        items = [{"metadata": {"name": n}, "status": {"conditions": ready}} for n in self.nodes]
+        return 200, {"items": items}
+
+
+def test_a_reused_cluster_gets_the_nodes_a_bigger_run_needs() -> None:
+    """``up`` on a running cluster made with fewer nodes adds the missing ones (a bench
+    at 800 jobs on a cluster started for 100 had room for half its pods)."""
+    opts = argparse.Namespace(
+        nodes=6, node_cpu="8", node_memory="32Gi", node_gpu="8", node_pods="110"
+    )
+    api = _Nodes(existing=2)
+    cli.kwok_nodes(api, opts, os.getpid())  # type: ignore[arg-type]
+    assert api.nodes == {f"kwok-node-{i}" for i in range(6)}

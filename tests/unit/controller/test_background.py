@@ -237,3 +237,31 @@ async def test_waiting_work_starts_in_spawn_order_and_holds_no_task() -> None:
         await settle()
         assert background.backlog() == 0
         tg.cancel_scope.cancel()
+
+
+async def test_a_stopping_controller_drops_the_work_that_has_not_started() -> None:
+    """What has not started is left to the next leader; what runs may finish."""
+    background, _ = make()
+    gate = anyio.Event()
+    started: list[str] = []
+
+    def work(name: str) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            started.append(name)
+            await gate.wait()
+
+        return run
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for i in range(5):
+            background.spawn(KEY if i < 3 else "other", work(f"w{i}"))
+        await settle()
+        assert background.drop_waiting() == 3
+        assert background.backlog() == 2 and background.backlog("other") == 0
+        assert background.pending(KEY) and not background.pending("other")
+        gate.set()
+        with anyio.fail_after(1):
+            await background.wait_idle()
+        assert started == ["w0", "w1"]
+        tg.cancel_scope.cancel()
