@@ -137,6 +137,8 @@ class Background(Generic[K]):
             self._batches.clear()
             self._waiting.clear()
             self._work = 0
+            if self._idle is not None:
+                self._idle.set()  # nothing is left to wait for
 
     def drop_waiting(self) -> int:
         """Forget the bounded work that has not started (the controller is stopping:

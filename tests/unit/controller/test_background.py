@@ -265,3 +265,26 @@ async def test_a_stopping_controller_drops_the_work_that_has_not_started() -> No
             await background.wait_idle()
         assert started == ["w0", "w1"]
         tg.cancel_scope.cancel()
+
+
+async def test_wait_idle_returns_when_the_background_is_cancelled() -> None:
+    """Work still queued when ``run`` is cancelled never runs: nobody may wait for it."""
+    background, _ = make()
+    gate = anyio.Event()
+    done = anyio.Event()
+
+    async def waiter() -> None:
+        await background.wait_idle()
+        done.set()
+
+    async with anyio.create_task_group() as outer:
+        async with anyio.create_task_group() as tg:
+            await tg.start(background.run)
+            for i in range(5):
+                background.spawn(f"k{i}", gated(gate))
+            outer.start_soon(waiter)
+            await settle()
+            assert not done.is_set()
+            tg.cancel_scope.cancel()
+        with anyio.fail_after(1):
+            await done.wait()
