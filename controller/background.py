@@ -147,9 +147,7 @@ class Background(Generic[K]):
         dropped = len(self._waiting)
         while self._waiting:
             key, batch, _ = self._waiting.popleft()
-            batch.work -= 1
-            self._work -= 1
-            self._settle(key, batch, failed=False, requeue=False)
+            self._work_ended(key, batch, failed=False, put_back=False)
         return dropped
 
     async def wait_idle(self) -> None:
@@ -166,11 +164,16 @@ class Background(Generic[K]):
             failed = True
             log.warning("background work failed", key=key, error=f"{type(exc).__name__}: {exc}")
         finally:
-            batch.work -= 1
-            self._work -= 1
-            if not batch.work and self._drained_recheck is not None:
-                self._queue.add_after(key, self._drained_recheck)
-            self._settle(key, batch, failed=failed, requeue=True)
+            self._work_ended(key, batch, failed=failed, put_back=True)
+
+    def _work_ended(self, key: K, batch: _Batch, *, failed: bool, put_back: bool) -> None:
+        """One piece of ``key``'s work is over (run, or dropped unrun); ``put_back``: the
+        queue may see the key again (the drained recheck, a failure's retry)."""
+        batch.work -= 1
+        self._work -= 1
+        if put_back and not batch.work and self._drained_recheck is not None:
+            self._queue.add_after(key, self._drained_recheck)
+        self._settle(key, batch, failed=failed, requeue=put_back)
 
     def _settle(self, key: K, batch: _Batch, *, failed: bool, requeue: bool) -> None:
         if failed and not batch.failed:

@@ -132,25 +132,25 @@ def _add_gang(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api
 def kwok_nodes(api: Api, opts: argparse.Namespace, kwok_pid: int) -> None:
     """Make sure ``opts.nodes`` kwok nodes exist and are Ready (applying is idempotent:
     a running cluster reused for a bigger run gets the nodes it lacks)."""
-    for i in range(opts.nodes):
-        api.apply(node_manifest(i, opts), "/api/v1/nodes")
+    manifests = [node_manifest(i, opts) for i in range(opts.nodes)]
+    for manifest in manifests:
+        api.apply(manifest, "/api/v1/nodes")
+    names = {m["metadata"]["name"] for m in manifests}
 
     def nodes_ready() -> bool:
         status, body = api.request("GET", "/api/v1/nodes")
         if status != 200:
             return False
-        ready = [
-            n
+        ready = {
+            n["metadata"]["name"]
             for n in body["items"]
-            if n["metadata"]["name"] in names
-            and any(
+            if any(
                 c["type"] == "Ready" and c["status"] == "True"
                 for c in (n.get("status") or {}).get("conditions") or []
             )
-        ]
-        return len(ready) >= opts.nodes
+        }
+        return names <= ready
 
-    names = {node_manifest(i, opts)["metadata"]["name"] for i in range(opts.nodes)}
     wait_for(f"{opts.nodes} kwok nodes Ready", nodes_ready, 60, [kwok_pid])
 
 
