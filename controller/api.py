@@ -33,7 +33,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -109,6 +109,9 @@ class ClientSettings:
     #: 0 = unlimited: each watch holds one connection for its whole life.
     stream_pool_size: int = 0
     user_agent: str = "tfjob-controller"
+    #: requests waiting for the rate limit go out on multiples of this many seconds
+    #: (controller.ratelimit.TokenBucket); 0: each the moment its token is due
+    tick: float = 0.0
 
 
 async def load_configuration(
@@ -174,7 +177,9 @@ class KubeApi:
         self.configuration = configuration
         self.settings = settings or ClientSettings()
         self._clock = clock or SystemClock()
-        self._bucket = TokenBucket(self.settings.qps, self.settings.burst, self._clock)
+        self._bucket = TokenBucket(
+            self.settings.qps, self.settings.burst, self._clock, tick=self.settings.tick
+        )
         self._endpoint = http.Endpoint.parse(str(configuration.host))
         self._pool: http.Pool | None = None
         self._stream_pool: http.Pool | None = None
@@ -187,10 +192,11 @@ class KubeApi:
         #: the client whose connections a sibling uses (and closes)
         self._owner: KubeApi | None = None
 
-    def sibling(self) -> KubeApi:
+    def sibling(self, *, tick: float | None = None) -> KubeApi:
         """The same client with a budget of its own: a token bucket with the same qps and
         burst, over this client's connections (which this client closes)."""
-        child = KubeApi(self.configuration, self.settings, self._clock)
+        settings = self.settings if tick is None else replace(self.settings, tick=tick)
+        child = KubeApi(self.configuration, settings, self._clock)
         child._owner = self._owner or self
         return child
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -67,6 +68,24 @@ class FakeClock:
         self._wall += timedelta(seconds=seconds)
         while self._sleepers and self._sleepers[0][0] <= self._mono:
             heapq.heappop(self._sleepers)[2].set()
+
+
+def on_tick(seconds: float, tick: float, clock: Clock) -> float:
+    """``seconds``, lengthened so the wait ends on the next multiple of ``tick`` on the
+    timeline that ``clock``'s sleeps use (the event loop's, for the system clock).
+
+    Why: in a VM, a wake-up from idle costs this process far more CPU than the work it
+    wakes for (measured here: a request sent alone every 50 ms costs 640 us of CPU, five
+    sent together every 250 ms 220 us each; caches and TLB come back cold). Timers that
+    share a tick share one wake-up, and so do the requests they release and, mostly,
+    the answers. ``tick <= 0``: exactly ``seconds``."""
+    if tick <= 0:
+        return max(seconds, 0.0)
+    now = anyio.current_time() if isinstance(clock, SystemClock) else clock.monotonic()
+    # a target already on the grid stays there; half a millisecond past it survives
+    # uvloop's truncation of a delay to whole milliseconds
+    target = math.ceil((now + seconds) / tick - 1e-9) * tick
+    return max(target - now, 0.0) + (0.0005 if isinstance(clock, SystemClock) else 0.0)
 
 
 async def wait_event(event: anyio.Event, seconds: float | None, clock: Clock) -> bool:

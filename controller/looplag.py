@@ -15,7 +15,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from controller.clock import SystemClock
+from controller.clock import SystemClock, on_tick
 from controller.types import Clock
 
 log = structlog.get_logger(__name__)
@@ -53,6 +53,8 @@ class LoopLagMonitor:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
+            # on the interval's own grid: the wake-up is shared with other timers on it
             asked = self._clock.monotonic()
-            await anyio.sleep(self.interval)
-            self.sample(self._clock.monotonic() - asked - self.interval)
+            wait = on_tick(self.interval, self.interval, self._clock)
+            await anyio.sleep(wait)
+            self.sample(self._clock.monotonic() - asked - wait)

@@ -20,7 +20,7 @@ from typing import Generic, Protocol, TypeVar
 
 import anyio
 
-from controller.clock import SystemClock
+from controller.clock import SystemClock, on_tick
 from controller.types import Clock
 
 T = TypeVar("T", bound=Hashable)
@@ -68,10 +68,23 @@ class TokenBucket:
     accrued; tokens are never created faster than ``qps`` nor held beyond ``burst``,
     so priorities reorder requests without changing the rate. ``qps <= 0`` disables
     limiting.
+
+    ``tick``: the timer wakes only on multiples of it (``controller.clock.on_tick``) and
+    hands out every token accrued by then, so at 20 qps and a 0.1 s tick two requests
+    go out together every 0.1 s, and buckets on the same tick wake together. Tokens
+    still accrue by elapsed time: the rate is unchanged, and a request waits at most
+    one tick longer. A token available on arrival is taken at once, tick or not. A
+    bucket whose burst is below ``qps * tick`` ignores the tick: the burst's cap would
+    lose the tokens accrued while waiting for it.
     """
 
-    def __init__(self, qps: float, burst: int, clock: Clock | None = None) -> None:
+    def __init__(
+        self, qps: float, burst: int, clock: Clock | None = None, *, tick: float = 0.0
+    ) -> None:
         self._qps = qps
+        # A tick longer than the burst lasts would lose to the burst's cap the tokens
+        # accrued while waiting for it: such a bucket keeps exact time.
+        self._tick = tick if qps * tick <= max(burst, 1) else 0.0
         self._burst = max(burst, 1)
         self._clock = clock or SystemClock()
         self._tokens = float(self._burst)
@@ -116,7 +129,7 @@ class TokenBucket:
         try:
             while me.role != "granted":
                 if me.role == "timer":
-                    await self._clock.sleep((1.0 - self._tokens) / self._qps)
+                    await self._clock.sleep(self._until_due())
                     self._timer = None
                     me.role = ""
                     self._grant()
@@ -133,6 +146,11 @@ class TokenBucket:
                 self._timer = None
                 self._make_timer(None)
             raise
+
+    def _until_due(self) -> float:
+        """How long the timer sleeps: until the next token is due, on the tick."""
+        due = self._last + (1.0 - self._tokens) / self._qps - self._clock.monotonic()
+        return on_tick(due, self._tick, self._clock)
 
     def _grant(self) -> None:
         """Hand every token that is due to the waiters at the head of the heap."""

@@ -114,6 +114,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--kube-api-burst", type=int, default=30, help="client-side burst (default 30)")
     p.add_argument(
+        "--kube-api-tick",
+        type=float,
+        default=0.1,
+        help="seconds: requests waiting for the client-side limit (creates, deletes, events)"
+        " go out on this shared tick, several per wake-up, at the same rate; status writes"
+        " and watches never wait for it. 0 releases each the moment its token is due"
+        " (default 0.1)",
+    )
+    p.add_argument(
         "--leader-elect",
         action="store_true",
         default=False,
@@ -201,10 +210,13 @@ class Budgets:
     second in all (5Q with gang scheduling), plus the Lease's two per retry period."""
 
     def __init__(self, api: KubeApi) -> None:
-        self.jobs = api.sibling()  # TFJob status writes, TTL deletions
+        # Status writes, which users and the next pass wait for, and the informers'
+        # lists and watches go out the moment their token is due; the rest wait for
+        # the client's tick (--kube-api-tick).
+        self.jobs = api.sibling(tick=0.0)  # TFJob status writes, TTL deletions
         self.podgroups = api.sibling()  # gang scheduling's PodGroup writes
         self.events = api.sibling()
-        self.watches = api.sibling()  # every informer's lists and watches
+        self.watches = api.sibling(tick=0.0)  # every informer's lists and watches
 
 
 def with_identity(settings: ClientSettings, identity: str) -> ClientSettings:
@@ -217,7 +229,10 @@ async def run(args: argparse.Namespace) -> int:
     clock = SystemClock()
     identity = args.leader_election_identity or default_identity()
     settings = with_identity(
-        ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst), identity
+        ClientSettings(
+            qps=args.kube_api_qps, burst=args.kube_api_burst, tick=args.kube_api_tick
+        ),
+        identity,
     )
     api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)
     gang = gang_from_flag(args.gang_scheduler_name)

@@ -43,3 +43,22 @@ async def test_a_sibling_has_its_own_bucket_and_shares_the_connections(apiserver
         assert sibling.sibling()._get_pool(False) is api._get_pool(False)
     finally:
         await api.close()
+
+
+async def test_status_writes_and_watches_keep_exact_time_while_the_rest_wait_for_the_tick(
+    apiserver: str,
+) -> None:
+    from tfjob_controller.app import Budgets, parse_args
+
+    tick = parse_args([]).kube_api_tick
+    assert tick == 0.1
+    api = KubeApi(Configuration(host=apiserver), ClientSettings(tick=tick))
+    budgets = Budgets(api)
+    try:
+        assert budgets.jobs.settings.tick == 0.0, "status writes go out when their token is due"
+        assert budgets.watches.settings.tick == 0.0
+        assert budgets.events.settings.tick == tick
+        assert budgets.podgroups.settings.tick == tick
+        assert parse_args(["--kube-api-tick", "0"]).kube_api_tick == 0.0
+    finally:
+        await api.close()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from controller.clock import FakeClock
+from controller.clock import FakeClock, on_tick
 from controller.ratelimit import (
     PRIORITY_HIGH,
     PRIORITY_NORMAL,
@@ -203,3 +203,88 @@ async def test_a_cancelled_waiter_does_not_stall_the_others() -> None:
             clock.advance(0.1)
             await _settle()
     assert done == ["a", "b"]
+
+
+async def test_a_ticking_bucket_releases_its_waiters_together_on_the_tick() -> None:
+    # FakeClock starts at 1000.0, on the 0.1 s grid
+    clock = FakeClock()
+    bucket = TokenBucket(qps=20, burst=2, clock=clock, tick=0.1)
+    await bucket.acquire()  # the burst: at once, tick or not
+    await bucket.acquire()
+    done: list[float] = []
+
+    async def one() -> None:
+        await bucket.acquire()
+        done.append(clock.monotonic())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(one)
+        await _settle()
+        # without the tick the first token is due at +0.05: it waits for the tick
+        clock.advance(0.05)
+        await _settle()
+        assert done == []
+        clock.advance(0.0501)  # a hair past the tick: clock readings are floats
+        await _settle()
+        assert done == [pytest.approx(1000.1, abs=1e-3)] * 2, "two tokens accrued by the tick"
+        clock.advance(0.098)
+        await _settle()
+        assert len(done) == 2
+        clock.advance(0.002)
+        await _settle()
+        assert done[2:] == [pytest.approx(1000.2, abs=1e-3)] * 2
+
+
+async def test_a_bucket_whose_burst_cannot_hold_a_tick_keeps_exact_time() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=20, burst=1, clock=clock, tick=0.1)
+    await bucket.acquire()
+    done: list[int] = []
+
+    async def one() -> None:
+        await bucket.acquire()
+        done.append(1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one)
+        await _settle()
+        clock.advance(0.0501)
+        await _settle()
+        assert done == [1]
+
+
+async def test_a_ticking_bucket_never_exceeds_its_rate() -> None:
+    clock = FakeClock(monotonic=1000.037)  # off the grid
+    qps, burst, n = 20.0, 3, 40
+    bucket = TokenBucket(qps=qps, burst=burst, clock=clock, tick=0.1)
+    grants: list[float] = []
+
+    async def one() -> None:
+        await bucket.acquire()
+        grants.append(clock.monotonic())
+
+    t0 = clock.monotonic()
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(one)
+        await _settle()
+        while len(grants) < n:
+            clock.advance(0.01)
+            await _settle()
+    for j in range(n):
+        assert j + 1 <= burst + qps * (grants[j] - t0) + 1e-6
+    # waking on the tick only: every grant after the burst comes at the first step of
+    # the fake clock at or past a multiple of 0.1 s
+    assert all((g + 1e-6) % 0.1 < 0.01 for g in grants[burst:])
+    # and the tick costs at most one tick at the end
+    assert grants[-1] - t0 <= (n - burst) / qps + 0.1 + 1e-6
+
+
+def test_on_tick_ends_a_wait_on_the_grid() -> None:
+    clock = FakeClock(monotonic=1000.03)
+    assert on_tick(0.02, 0.1, clock) == pytest.approx(0.07)
+    assert on_tick(0.07, 0.1, clock) == pytest.approx(0.07), "already on the grid: kept"
+    assert on_tick(0.0, 0.1, clock) == pytest.approx(0.07)
+    assert on_tick(0.02, 0.0, clock) == 0.02, "no tick: exactly"
+    assert on_tick(-1.0, 0.0, clock) == 0.0
