@@ -81,11 +81,12 @@ def on_tick(seconds: float, tick: float, clock: Clock) -> float:
     the answers. ``tick <= 0``: exactly ``seconds``."""
     if tick <= 0:
         return max(seconds, 0.0)
-    now = anyio.current_time() if isinstance(clock, SystemClock) else clock.monotonic()
+    loop = isinstance(clock, SystemClock)
+    now = anyio.current_time() if loop else clock.monotonic()
     # a target already on the grid stays there; half a millisecond past it survives
     # uvloop's truncation of a delay to whole milliseconds
     target = math.ceil((now + seconds) / tick - 1e-9) * tick
-    return max(target - now, 0.0) + (0.0005 if isinstance(clock, SystemClock) else 0.0)
+    return max(target - now, 0.0) + (0.0005 if loop else 0.0)
 
 
 async def wait_event(event: anyio.Event, seconds: float | None, clock: Clock) -> bool:

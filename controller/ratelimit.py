@@ -82,10 +82,8 @@ class TokenBucket:
         self, qps: float, burst: int, clock: Clock | None = None, *, tick: float = 0.0
     ) -> None:
         self._qps = qps
-        # A tick longer than the burst lasts would lose to the burst's cap the tokens
-        # accrued while waiting for it: such a bucket keeps exact time.
-        self._tick = tick if qps * tick <= max(burst, 1) else 0.0
         self._burst = max(burst, 1)
+        self._tick = tick if qps * tick <= self._burst else 0.0  # see the class doc
         self._clock = clock or SystemClock()
         self._tokens = float(self._burst)
         self._last = self._clock.monotonic()

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import anyio
 import pytest
 
@@ -92,16 +95,25 @@ async def _settle() -> None:
     await anyio.wait_all_tasks_blocked()
 
 
+def _acquirer(
+    bucket: TokenBucket, done: list[Any], stamp: Callable[[], Any]
+) -> Callable[[], Awaitable[None]]:
+    """A request that takes a token, then notes ``stamp()`` in ``done``."""
+
+    async def one() -> None:
+        await bucket.acquire()
+        done.append(stamp())
+
+    return one
+
+
 async def test_acquire_takes_burst_at_once_then_waits() -> None:
     clock = FakeClock()
     bucket = TokenBucket(qps=10, burst=2, clock=clock)
     await bucket.acquire()
     await bucket.acquire()
     done: list[int] = []
-
-    async def one() -> None:
-        await bucket.acquire()
-        done.append(1)
+    one = _acquirer(bucket, done, lambda: 1)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(one)
@@ -212,10 +224,7 @@ async def test_a_ticking_bucket_releases_its_waiters_together_on_the_tick() -> N
     await bucket.acquire()  # the burst: at once, tick or not
     await bucket.acquire()
     done: list[float] = []
-
-    async def one() -> None:
-        await bucket.acquire()
-        done.append(clock.monotonic())
+    one = _acquirer(bucket, done, clock.monotonic)
 
     async with anyio.create_task_group() as tg:
         for _ in range(4):
@@ -241,10 +250,7 @@ async def test_a_bucket_whose_burst_cannot_hold_a_tick_keeps_exact_time() -> Non
     bucket = TokenBucket(qps=20, burst=1, clock=clock, tick=0.1)
     await bucket.acquire()
     done: list[int] = []
-
-    async def one() -> None:
-        await bucket.acquire()
-        done.append(1)
+    one = _acquirer(bucket, done, lambda: 1)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(one)
@@ -259,10 +265,7 @@ async def test_a_ticking_bucket_never_exceeds_its_rate() -> None:
     qps, burst, n = 20.0, 3, 40
     bucket = TokenBucket(qps=qps, burst=burst, clock=clock, tick=0.1)
     grants: list[float] = []
-
-    async def one() -> None:
-        await bucket.acquire()
-        grants.append(clock.monotonic())
+    one = _acquirer(bucket, grants, clock.monotonic)
 
     t0 = clock.monotonic()
     async with anyio.create_task_group() as tg:
