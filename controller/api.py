@@ -112,6 +112,9 @@ class ClientSettings:
     #: requests waiting for the rate limit go out on multiples of this many seconds
     #: (controller.ratelimit.TokenBucket); 0: each the moment its token is due
     tick: float = 0.0
+    #: tokens of the burst only urgent (high-priority) requests may take
+    #: (controller.ratelimit.TokenBucket)
+    high_reserve: int = 0
 
 
 async def load_configuration(
@@ -178,7 +181,11 @@ class KubeApi:
         self.settings = settings or ClientSettings()
         self._clock = clock or SystemClock()
         self._bucket = TokenBucket(
-            self.settings.qps, self.settings.burst, self._clock, tick=self.settings.tick
+            self.settings.qps,
+            self.settings.burst,
+            self._clock,
+            tick=self.settings.tick,
+            high_reserve=self.settings.high_reserve,
         )
         self._endpoint = http.Endpoint.parse(str(configuration.host))
         self._pool: http.Pool | None = None
@@ -192,10 +199,14 @@ class KubeApi:
         #: the client whose connections a sibling uses (and closes)
         self._owner: KubeApi | None = None
 
-    def sibling(self, *, tick: float | None = None) -> KubeApi:
+    def sibling(self, *, tick: float | None = None, high_reserve: int = 0) -> KubeApi:
         """The same client with a budget of its own: a token bucket with the same qps and
         burst, over this client's connections (which this client closes)."""
-        settings = self.settings if tick is None else replace(self.settings, tick=tick)
+        settings = replace(
+            self.settings,
+            tick=self.settings.tick if tick is None else tick,
+            high_reserve=high_reserve,
+        )
         child = KubeApi(self.configuration, settings, self._clock)
         child._owner = self._owner or self
         return child

@@ -51,6 +51,8 @@ class _Waiter:
     #: and hand tokens out; "": keep waiting.
     role: str = field(compare=False, default="")
     gone: bool = field(compare=False, default=False)
+    #: the timer's sleep, cancelled when a waiter whose token is due sooner arrives
+    scope: anyio.CancelScope = field(compare=False, default_factory=anyio.CancelScope)
 
 
 class TokenBucket:
@@ -76,14 +78,28 @@ class TokenBucket:
     one tick longer. A token available on arrival is taken at once, tick or not. A
     bucket whose burst is below ``qps * tick`` ignores the tick: the burst's cap would
     lose the tokens accrued while waiting for it.
+
+    ``high_reserve``: that many tokens of the burst only a HIGH request may take. A
+    NORMAL one goes when a token beyond the reserve is due, so under a steady NORMAL load
+    the bucket holds the reserve, and a HIGH request finds a token waiting instead of
+    waiting up to ``1/qps`` for the next. The rate is unchanged; NORMAL requests lose
+    that much of the burst.
     """
 
     def __init__(
-        self, qps: float, burst: int, clock: Clock | None = None, *, tick: float = 0.0
+        self,
+        qps: float,
+        burst: int,
+        clock: Clock | None = None,
+        *,
+        tick: float = 0.0,
+        high_reserve: int = 0,
     ) -> None:
         self._qps = qps
         self._burst = max(burst, 1)
-        self._tick = tick if qps * tick <= self._burst else 0.0  # see the class doc
+        self._reserve = min(max(high_reserve, 0), self._burst - 1)
+        # see the class doc; the tokens a NORMAL waiter may take are what must hold a tick
+        self._tick = tick if qps * tick <= self._burst - self._reserve else 0.0
         self._clock = clock or SystemClock()
         self._tokens = float(self._burst)
         self._last = self._clock.monotonic()
@@ -112,22 +128,37 @@ class TokenBucket:
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self._qps
 
+    def _need(self, priority: int) -> float:
+        """Tokens that must be in the bucket for a request of ``priority`` to take one."""
+        return 1.0 if priority <= PRIORITY_HIGH else 1.0 + self._reserve
+
+    def _head(self) -> _Waiter | None:
+        while self._waiters and self._waiters[0].gone:
+            heapq.heappop(self._waiters)
+        return self._waiters[0] if self._waiters else None
+
     async def acquire(self, priority: int = PRIORITY_NORMAL) -> None:
         if self._qps <= 0:
             return
-        if not self._waiters:
+        head = self._head()
+        if head is None or head.priority > priority:  # nobody waits ahead of this one
             self._refill()
-            if self._tokens >= 1.0:
+            if self._tokens >= self._need(priority):
                 self._tokens -= 1.0
                 return
         me = _Waiter(priority, next(self._seq))
         heapq.heappush(self._waiters, me)
         if self._timer is None:
             self._make_timer(me)
+        elif head is not None and self._need(priority) < self._need(head.priority):
+            # The timer sleeps until a token is due for the old head; this one's is due
+            # sooner: wake it to sleep again for the right time.
+            self._timer.scope.cancel()
         try:
             while me.role != "granted":
                 if me.role == "timer":
-                    await self._clock.sleep(self._until_due())
+                    with anyio.CancelScope() as me.scope:
+                        await self._clock.sleep(self._until_due())
                     self._timer = None
                     me.role = ""
                     self._grant()
@@ -147,16 +178,16 @@ class TokenBucket:
 
     def _until_due(self) -> float:
         """How long the timer sleeps: until the next token is due, on the tick."""
-        due = self._last + (1.0 - self._tokens) / self._qps - self._clock.monotonic()
+        head = self._head()
+        need = self._need(head.priority if head is not None else PRIORITY_HIGH)
+        due = self._last + (need - self._tokens) / self._qps - self._clock.monotonic()
         return on_tick(due, self._tick, self._clock)
 
     def _grant(self) -> None:
         """Hand every token that is due to the waiters at the head of the heap."""
         self._refill()
-        while self._waiters and self._tokens >= 1.0 - 1e-9:
-            w = heapq.heappop(self._waiters)
-            if w.gone:
-                continue
+        while (w := self._head()) is not None and self._tokens >= self._need(w.priority) - 1e-9:
+            heapq.heappop(self._waiters)
             self._tokens -= 1.0
             w.role = "granted"
             w.event.set()
@@ -164,17 +195,15 @@ class TokenBucket:
     def _make_timer(self, candidate: _Waiter | None) -> None:
         """Give the timer duty to ``candidate`` (a waiter that is running), else to the
         first live waiter, which is woken to take it up."""
-        while self._waiters and self._waiters[0].gone:
-            heapq.heappop(self._waiters)
+        head = self._head()
         if candidate is not None and not candidate.gone and candidate.role == "":
             self._timer = candidate
             candidate.role = "timer"
             return
-        if self._waiters:
-            w = self._waiters[0]
-            self._timer = w
-            w.role = "timer"
-            w.event.set()
+        if head is not None:
+            self._timer = head
+            head.role = "timer"
+            head.event.set()
 
 
 class ItemExponentialRateLimiter(Generic[T]):

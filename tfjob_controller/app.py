@@ -203,6 +203,10 @@ LEASE_CLIENT_SETTINGS = ClientSettings(
 )
 
 
+#: Tokens of the status budget's burst kept for urgent status writes (Budgets).
+STATUS_HIGH_RESERVE = 5
+
+
 class Budgets:
     """The client's siblings (controller.api.KubeApi.sibling), one per kind of traffic
     that upstream sends through a REST client of its own; pod and service writes use the
@@ -213,7 +217,11 @@ class Budgets:
         # Status writes, which users and the next pass wait for, and the informers'
         # lists and watches go out the moment their token is due; the rest wait for
         # the client's tick (--kube-api-tick).
-        self.jobs = api.sibling(tick=0.0)  # TFJob status writes, TTL deletions
+        # A burst of new jobs queues a first status (Created, not urgent) for each at the
+        # budget's rate; a reserve keeps a token for the urgent writes of jobs whose pods
+        # already run, so theirs go at once rather than on the next token.
+        reserve = min(STATUS_HIGH_RESERVE, api.settings.burst // 4)
+        self.jobs = api.sibling(tick=0.0, high_reserve=reserve)  # TFJob status, TTL deletes
         self.podgroups = api.sibling()  # gang scheduling's PodGroup writes
         self.events = api.sibling()
         self.watches = api.sibling(tick=0.0)  # every informer's lists and watches
@@ -229,9 +237,7 @@ async def run(args: argparse.Namespace) -> int:
     clock = SystemClock()
     identity = args.leader_election_identity or default_identity()
     settings = with_identity(
-        ClientSettings(
-            qps=args.kube_api_qps, burst=args.kube_api_burst, tick=args.kube_api_tick
-        ),
+        ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst, tick=args.kube_api_tick),
         identity,
     )
     api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)

@@ -121,13 +121,18 @@ class Tracker:
         if succeeded:
             self.job_succeeded.setdefault(name, t)
 
-    def latencies(self) -> tuple[list[float], list[float]]:
-        running = []
+    def running_samples(self) -> list[tuple[float, str, str, int, float]]:
+        """(pod Running at, job, replica type, its count, latency to the status saying so)."""
+        samples = []
         for t, job, rtype, n in self.pod_running:
             for t_obs, counts, _ in self.job_obs.get(job, []):
                 if counts.get(rtype, 0) >= n:
-                    running.append(max(0.0, t_obs - t))
+                    samples.append((t, job, rtype, n, max(0.0, t_obs - t)))
                     break
+        return samples
+
+    def latencies(self) -> tuple[list[float], list[float]]:
+        running = [s[-1] for s in self.running_samples()]
         succeeded = [
             max(0.0, self.job_succeeded[j] - t)
             for j, t in self.master_succeeded.items()
@@ -278,6 +283,14 @@ async def run_controller(
         events = await audit_read(env, harness, offset)
         reqs = summarize_audit(events, phase.ua, ns)
         running_lat, succeeded_lat = tr.latencies()
+        # Each sample of (b), slowest first, to tell where a tail comes from.
+        rows = sorted(tr.running_samples(), key=lambda s: -s[-1])
+        (out / f"running-{phase.name}-{mode.slug}.tsv").write_text(
+            "t_since_submit_s\tjob\trtype\tnth\tlatency_ms\n"
+            + "".join(
+                f"{t - t0:.3f}\t{j}\t{r}\t{k}\t{lat * 1000:.1f}\n" for t, j, r, k, lat in rows
+            )
+        )
         return PhaseResult.measured(
             phase.name,
             mode.label,

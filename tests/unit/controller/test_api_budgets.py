@@ -62,3 +62,20 @@ async def test_status_writes_and_watches_keep_exact_time_while_the_rest_wait_for
         assert parse_args(["--kube-api-tick", "0"]).kube_api_tick == 0.0
     finally:
         await api.close()
+
+
+async def test_only_the_status_budget_keeps_a_reserve_for_urgent_writes(apiserver: str) -> None:
+    from tfjob_controller.app import STATUS_HIGH_RESERVE, Budgets
+
+    api = KubeApi(Configuration(host=apiserver), ClientSettings(qps=20, burst=30))
+    budgets = Budgets(api)
+    try:
+        assert budgets.jobs.settings.high_reserve == STATUS_HIGH_RESERVE
+        assert budgets.jobs._bucket._reserve == STATUS_HIGH_RESERVE
+        for other in (api, budgets.events, budgets.podgroups, budgets.watches):
+            assert other.settings.high_reserve == 0
+        # a small burst keeps most of itself for the writes in arrival order
+        small = Budgets(KubeApi(Configuration(host=apiserver), ClientSettings(qps=5, burst=4)))
+        assert small.jobs.settings.high_reserve == 1
+    finally:
+        await api.close()

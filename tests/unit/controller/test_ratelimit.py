@@ -107,6 +107,25 @@ def _acquirer(
     return one
 
 
+def _requester(
+    bucket: TokenBucket, done: list[Any], stamp: Callable[[str], Any] = lambda name: name
+) -> Callable[[str, int], Awaitable[None]]:
+    """A named request at a priority that takes a token, then notes ``stamp(name)``."""
+
+    async def req(name: str, priority: int) -> None:
+        await bucket.acquire(priority)
+        done.append(stamp(name))
+
+    return req
+
+
+def _assert_within_rate(grants: list[float], qps: float, burst: int) -> None:
+    """Every window [t0, t1] holds at most burst + qps·(t1 - t0) grants."""
+    for i, t0 in enumerate(grants):
+        for j in range(i, len(grants)):
+            assert j - i + 1 <= burst + qps * (grants[j] - t0) + 1e-6
+
+
 async def test_acquire_takes_burst_at_once_then_waits() -> None:
     clock = FakeClock()
     bucket = TokenBucket(qps=10, burst=2, clock=clock)
@@ -132,10 +151,7 @@ async def test_high_priority_jumps_ahead_of_waiting_normal_ones() -> None:
     bucket = TokenBucket(qps=10, burst=1, clock=clock)
     await bucket.acquire()  # the bucket is empty now
     order: list[str] = []
-
-    async def req(name: str, priority: int) -> None:
-        await bucket.acquire(priority)
-        order.append(name)
+    req = _requester(bucket, order)
 
     async with anyio.create_task_group() as tg:
         for i in range(5):
@@ -157,10 +173,11 @@ async def test_high_priority_jumps_ahead_of_waiting_normal_ones() -> None:
     assert order == ["status", "status2", *creates]
 
 
-async def test_priorities_never_exceed_qps_or_burst() -> None:
+@pytest.mark.parametrize("reserve", [0, 3])
+async def test_priorities_never_exceed_qps_or_burst(reserve: int) -> None:
     clock = FakeClock()
     qps, burst, n = 20.0, 10, 60
-    bucket = TokenBucket(qps=qps, burst=burst, clock=clock)
+    bucket = TokenBucket(qps=qps, burst=burst, clock=clock, high_reserve=reserve)
     start = clock.monotonic()
     grants: list[float] = []
 
@@ -182,12 +199,68 @@ async def test_priorities_never_exceed_qps_or_burst() -> None:
                 late += 1
                 n += 1
     assert len(grants) == n
-    # every window [t0, t1] holds at most burst + qps·(t1 - t0) grants
-    for i, t0 in enumerate(grants):
-        for j in range(i, len(grants)):
-            assert j - i + 1 <= burst + qps * (grants[j] - t0) + 1e-6
-    # and the bucket was kept busy: the last grant is when the rate says it is due
-    assert grants[-1] == pytest.approx((n - burst) / qps, abs=0.03)
+    _assert_within_rate(grants, qps, burst)
+    # and the bucket was kept busy: the last grant is when the rate says it is due (the
+    # last are normal requests, which lose the reserve's share of the burst)
+    assert grants[-1] == pytest.approx((n - burst + reserve) / qps, abs=0.03)
+
+
+async def test_a_reserve_is_left_for_high_priority_requests() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=5, clock=clock, high_reserve=2)
+    done: list[str] = []
+    req = _requester(bucket, done)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(req, f"normal{i}", PRIORITY_NORMAL)
+        await _settle()
+        assert done == ["normal0", "normal1", "normal2"]  # the burst less the reserve
+        for i in range(3):
+            tg.start_soon(req, f"high{i}", PRIORITY_HIGH)
+        await _settle()
+        # the reserve goes at once, ahead of the normal request already waiting
+        assert done[3:] == ["high0", "high1"] and bucket.waiting == 2
+        clock.advance(0.1)
+        await _settle()
+        assert done[5:] == ["high2"]
+        # a normal request waits for a token beyond the refilled reserve
+        clock.advance(0.2)
+        await _settle()
+        assert done[6:] == []
+        clock.advance(0.1)
+        await _settle()
+        assert done[6:] == ["normal3"]
+
+
+async def test_a_high_request_behind_normal_waiters_gets_the_next_token() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=8, clock=clock, high_reserve=4)
+    done: list[tuple[str, float]] = []
+    start = clock.monotonic()
+    req = _requester(bucket, done, lambda name: (name, round(clock.monotonic() - start, 3)))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(req, f"normal{i}", PRIORITY_NORMAL)
+        for i in range(4):
+            tg.start_soon(req, f"high{i}", PRIORITY_HIGH)
+        await _settle()
+        assert len(done) == 8  # the bucket is empty; the timer waits for 5 tokens
+        tg.start_soon(req, "normal-late", PRIORITY_NORMAL)
+        await _settle()
+        clock.advance(0.05)
+        await _settle()
+        tg.start_soon(req, "high-late", PRIORITY_HIGH)
+        await _settle()
+        # due at 0.1 s, not when the normal request's token beyond the reserve is
+        while clock.next_deadline() is not None and len(done) < 9:
+            clock.advance(clock.next_deadline() - clock.monotonic())  # type: ignore[operator]
+            await _settle()
+        assert done[8] == ("high-late", 0.1)
+        clock.advance(0.5)
+        await _settle()
+    assert done[9] == ("normal-late", 0.6)
 
 
 async def test_a_cancelled_waiter_does_not_stall_the_others() -> None:
