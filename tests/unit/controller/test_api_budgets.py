@@ -79,3 +79,11 @@ async def test_only_the_status_budget_keeps_a_reserve_for_urgent_writes(apiserve
         assert small.jobs.settings.high_reserve == 1
     finally:
         await api.close()
+
+
+def test_handed_off_writes_leave_a_fifth_of_the_connections_to_the_rest() -> None:
+    from tfjob_controller.app import background_limit
+
+    assert background_limit(ClientSettings()) == 40  # of the default pool of 50
+    assert background_limit(ClientSettings(pool_size=4)) == 2
+    assert background_limit(ClientSettings(pool_size=1)) == 1
