@@ -23,7 +23,9 @@ go out two at a time on it, so a job's pods start in pairs 0.1 s apart. A pace l
 than that cadence makes each write wait a little longer than the last; under it each
 pair gets its own write. Full `hack/bench --compare upstream` runs at 20/30: p50 83 ms
 for 5.00 writes per job at 120 ms, 57 ms for 5.90 at 90 ms. The p99 (216 and 270 ms)
-is set by something else: it varies that much between runs of the same code.
+was set by something else: waits for the status budget while it drained a burst's
+Created writes (now a reserve keeps tokens for urgent writes, tfjob_controller.app's
+Budgets) and, unlimited, for a connection behind the creates.
 """
 
 from __future__ import annotations
