@@ -65,11 +65,11 @@ class TokenBucket:
     ``acquire(priority)`` waits for a token in priority order: waiters are a heap of
     (priority, arrival), and each token that becomes due goes to the head, so a HIGH
     request that arrives behind a thousand waiting NORMAL ones takes the very next
-    token. A request takes a token at once only when nobody waits. One waiter at a
-    time (the "timer") sleeps until the next token is due and hands out what has
-    accrued; tokens are never created faster than ``qps`` nor held beyond ``burst``,
-    so priorities reorder requests without changing the rate. ``qps <= 0`` disables
-    limiting.
+    token. A request takes a token at once only when nobody of its priority or a higher
+    one waits. One waiter at a time (the "timer") sleeps until the next token is due and
+    hands out what has accrued; tokens are never created faster than ``qps`` nor held
+    beyond ``burst``, so priorities reorder requests without changing the rate.
+    ``qps <= 0`` disables limiting.
 
     ``tick``: the timer wakes only on multiples of it (``controller.clock.on_tick``) and
     hands out every token accrued by then, so at 20 qps and a 0.1 s tick two requests
