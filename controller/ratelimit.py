@@ -51,8 +51,9 @@ class _Waiter:
     #: and hand tokens out; "": keep waiting.
     role: str = field(compare=False, default="")
     gone: bool = field(compare=False, default=False)
-    #: the timer's sleep, cancelled when a waiter whose token is due sooner arrives
-    scope: anyio.CancelScope = field(compare=False, default_factory=anyio.CancelScope)
+    #: the timer's sleep, cancelled when a waiter whose token is due sooner arrives (only
+    #: a waiter that sleeps as the timer has one)
+    scope: anyio.CancelScope | None = field(compare=False, default=None)
 
 
 class TokenBucket:
@@ -153,7 +154,8 @@ class TokenBucket:
         elif head is not None and self._need(priority) < self._need(head.priority):
             # The timer sleeps until a token is due for the old head; this one's is due
             # sooner: wake it to sleep again for the right time.
-            self._timer.scope.cancel()
+            if self._timer.scope is not None:
+                self._timer.scope.cancel()
         try:
             while me.role != "granted":
                 if me.role == "timer":

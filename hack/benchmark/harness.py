@@ -131,14 +131,12 @@ class Tracker:
                     break
         return samples
 
-    def latencies(self) -> tuple[list[float], list[float]]:
-        running = [s[-1] for s in self.running_samples()]
-        succeeded = [
+    def succeeded_latencies(self) -> list[float]:
+        return [
             max(0.0, self.job_succeeded[j] - t)
             for j, t in self.master_succeeded.items()
             if j in self.job_succeeded
         ]
-        return running, succeeded
 
 
 async def run_controller(
@@ -282,9 +280,11 @@ async def run_controller(
         )
         events = await audit_read(env, harness, offset)
         reqs = summarize_audit(events, phase.ua, ns)
-        running_lat, succeeded_lat = tr.latencies()
+        samples = tr.running_samples()
+        running_lat = [s[-1] for s in samples]
+        succeeded_lat = tr.succeeded_latencies()
         # Each sample of (b), slowest first, to tell where a tail comes from.
-        rows = sorted(tr.running_samples(), key=lambda s: -s[-1])
+        rows = sorted(samples, key=lambda s: -s[-1])
         (out / f"running-{phase.name}-{mode.slug}.tsv").write_text(
             "t_since_submit_s\tjob\trtype\tnth\tlatency_ms\n"
             + "".join(

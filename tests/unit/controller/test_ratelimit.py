@@ -180,22 +180,19 @@ async def test_priorities_never_exceed_qps_or_burst(reserve: int) -> None:
     bucket = TokenBucket(qps=qps, burst=burst, clock=clock, high_reserve=reserve)
     start = clock.monotonic()
     grants: list[float] = []
-
-    async def req(priority: int) -> None:
-        await bucket.acquire(priority)
-        grants.append(clock.monotonic() - start)
+    req = _requester(bucket, grants, lambda _: clock.monotonic() - start)
 
     async with anyio.create_task_group() as tg:
         for i in range(n):
             # a mix, with high-priority requests arriving all the time
-            tg.start_soon(req, PRIORITY_HIGH if i % 3 == 0 else PRIORITY_NORMAL)
+            tg.start_soon(req, "", PRIORITY_HIGH if i % 3 == 0 else PRIORITY_NORMAL)
         await _settle()
         late = 0
         while len(grants) < n:
             clock.advance(0.02)
             await _settle()
             if late < 5 and len(grants) > n // 2:
-                tg.start_soon(req, PRIORITY_HIGH)  # late arrivals, while many wait
+                tg.start_soon(req, "", PRIORITY_HIGH)  # late arrivals, while many wait
                 late += 1
                 n += 1
     assert len(grants) == n
