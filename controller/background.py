@@ -23,6 +23,11 @@ with ``begin``/``end``, so a pass belongs to the batch of the work it spawns.
   ``drained_recheck`` seconds later, if set: a safety net for a write whose informer
   event never comes (or that lowered its own expectation), so the passes that ran while
   the work was pending need set no timer of their own.
+- ``drop(key)`` ends a key's bounded work that is no longer wanted (its job is gone,
+  replaced, suspended or changed since the work was planned): work not started is
+  forgotten, work running is cancelled, and each runs its ``on_drop`` (which lowers the
+  expectation the work raised). Other keys' work no longer waits behind it: at 20 QPS a
+  deleted 1,000-replica job's queued creates held everyone else's for 50 s.
 - ``spawn`` needs ``run()`` to be running (the Controller runs it beside its workers);
   work still running when it is cancelled (lease lost, shutdown) is cancelled with it.
 """
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 import anyio
@@ -59,6 +64,21 @@ class _Batch:
     pending: int = 0
     failed: bool = False
     work: int = 0  # spawned work not finished yet
+    #: the cancel scopes of the key's bounded work running now (``drop`` cancels them)
+    running: set[anyio.CancelScope] = field(default_factory=set)
+    #: ``drop`` cancelled work of this batch
+    cancelled: bool = False
+
+
+OnDrop = Callable[[], None] | None
+
+
+@dataclass(slots=True)
+class _Work(Generic[K]):
+    key: K
+    batch: _Batch
+    run: Callable[[], Awaitable[None]]
+    on_drop: OnDrop
 
 
 class Background(Generic[K]):
@@ -69,7 +89,7 @@ class Background(Generic[K]):
         self._drained_recheck = drained_recheck
         self._limit = limit
         #: bounded work not started yet, in spawn order, and the tasks running it
-        self._waiting: deque[tuple[K, _Batch, Callable[[], Awaitable[None]]]] = deque()
+        self._waiting: deque[_Work[K]] = deque()
         self._runners = 0
         self._batches: dict[K, _Batch] = {}
         self._tg: TaskGroup | None = None
@@ -100,10 +120,18 @@ class Background(Generic[K]):
     def in_flight(self) -> int:
         return sum(b.pending for b in self._batches.values())
 
-    def spawn(self, key: K, work: Callable[[], Awaitable[None]], *, bounded: bool = True) -> None:
+    def spawn(
+        self,
+        key: K,
+        work: Callable[[], Awaitable[None]],
+        *,
+        bounded: bool = True,
+        on_drop: OnDrop = None,
+    ) -> None:
         """Run ``work`` for ``key``; ``bounded=False`` does not wait for one of the
         ``limit`` slots (for small work there is at most one of per key, which must not
-        queue behind a backlog of other work)."""
+        queue behind a backlog of other work) and is never dropped. ``on_drop`` runs if
+        ``drop`` ends the work unfinished."""
         if self._tg is None:
             raise RuntimeError("Background.spawn called while run() is not running")
         batch = self._batches.setdefault(key, _Batch())
@@ -111,9 +139,9 @@ class Background(Generic[K]):
         batch.work += 1
         self._work += 1
         if not bounded:
-            self._tg.start_soon(self._run_one, key, batch, work)
+            self._tg.start_soon(self._run_one, _Work(key, batch, work, None), False)
             return
-        self._waiting.append((key, batch, work))
+        self._waiting.append(_Work(key, batch, work, on_drop))
         if self._runners < self._limit:
             self._runners += 1
             self._tg.start_soon(self._runner)
@@ -122,9 +150,29 @@ class Background(Generic[K]):
         """Run waiting work until there is none; at most ``limit`` of these at once."""
         try:
             while self._waiting:
-                await self._run_one(*self._waiting.popleft())
+                await self._run_one(self._waiting.popleft(), True)
         finally:
             self._runners -= 1
+
+    def drop(self, key: K) -> int:
+        """End ``key``'s bounded work: forget what has not started, cancel what runs;
+        return how much. Unbounded work (a status write) is left to finish."""
+        batch = self._batches.get(key)
+        if batch is None:
+            return 0
+        keep: deque[_Work[K]] = deque()
+        dropped: list[_Work[K]] = []
+        for item in self._waiting:
+            (dropped if item.batch is batch else keep).append(item)
+        self._waiting = keep
+        running = list(batch.running)
+        batch.cancelled = batch.cancelled or bool(running)
+        for scope in running:
+            scope.cancel()  # its runner calls on_drop once the cancel lands
+        for item in dropped:
+            _call(item.on_drop)
+            self._work_ended(key, batch, failed=False, put_back=False)
+        return len(dropped) + len(running)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -146,8 +194,8 @@ class Background(Generic[K]):
         return how much. Work already running is left to finish or be cancelled."""
         dropped = len(self._waiting)
         while self._waiting:
-            key, batch, _ = self._waiting.popleft()
-            self._work_ended(key, batch, failed=False, put_back=False)
+            item = self._waiting.popleft()
+            self._work_ended(item.key, item.batch, failed=False, put_back=False)
         return dropped
 
     async def wait_idle(self) -> None:
@@ -156,14 +204,22 @@ class Background(Generic[K]):
             self._idle = anyio.Event()
             await self._idle.wait()
 
-    async def _run_one(self, key: K, batch: _Batch, work: Callable[[], Awaitable[None]]) -> None:
+    async def _run_one(self, item: _Work[K], droppable: bool) -> None:
+        key, batch = item.key, item.batch
         failed = False
+        scope = anyio.CancelScope()
+        if droppable:
+            batch.running.add(scope)
         try:
-            await work()
+            with scope:
+                await item.run()
         except Exception as exc:
             failed = True
             log.warning("background work failed", key=key, error=f"{type(exc).__name__}: {exc}")
         finally:
+            batch.running.discard(scope)
+            if scope.cancelled_caught:
+                _call(item.on_drop)
             self._work_ended(key, batch, failed=failed, put_back=True)
 
     def _work_ended(self, key: K, batch: _Batch, *, failed: bool, put_back: bool) -> None:
@@ -171,8 +227,12 @@ class Background(Generic[K]):
         queue may see the key again (the drained recheck, a failure's retry)."""
         batch.work -= 1
         self._work -= 1
-        if put_back and not batch.work and self._drained_recheck is not None:
-            self._queue.add_after(key, self._drained_recheck)
+        if put_back and not batch.work:
+            if batch.cancelled:
+                # the pass that dropped it waits for this: the key acts again now
+                self._queue.add_after(key, 0.0)
+            elif self._drained_recheck is not None:
+                self._queue.add_after(key, self._drained_recheck)
         self._settle(key, batch, failed=failed, requeue=put_back)
 
     def _settle(self, key: K, batch: _Batch, *, failed: bool, requeue: bool) -> None:
@@ -189,3 +249,12 @@ class Background(Generic[K]):
             self._queue.forget(key)
         if not self._batches and self._idle is not None:
             self._idle.set()
+
+
+def _call(on_drop: OnDrop) -> None:
+    if on_drop is None:
+        return
+    try:
+        on_drop()
+    except Exception as exc:  # bookkeeping: never let it stop the dropping
+        log.warning("on_drop failed", error=f"{type(exc).__name__}: {exc}")

@@ -7,7 +7,8 @@ Contract:
   a consistent old snapshot.
 - Indexers map an object to zero or more index values; ``by_index`` is O(hits). The
   defaults index by namespace and by the UID and the name of the controller
-  ownerReference, so "pods of this TFJob" (or of a TFJob that is gone) scans nothing.
+  ownerReference, each within the object's own namespace, so "pods of this TFJob" (or of
+  a TFJob that is gone) scans nothing and never finds another namespace's objects.
 - ``Store`` implements ``controller.types.CacheReader``. Only the informer writes.
 """
 
@@ -17,7 +18,13 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX, JSON, object_key
+from controller.types import (
+    CONTROLLER_NAME_INDEX,
+    CONTROLLER_UID_INDEX,
+    JSON,
+    object_key,
+    owned_by,
+)
 
 IndexFunc = Callable[[JSON], Iterable[str]]
 
@@ -39,10 +46,11 @@ def index_by_namespace(obj: JSON) -> list[str]:
 
 def index_by_controller_uid(obj: JSON) -> list[str]:
     # types.controller_ref without its defensive copy: this runs on every store write
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
             uid = ref.get("uid")
-            return [uid] if uid else []
+            return [owned_by(meta.get("namespace"), uid)] if uid else []
     return []
 
 

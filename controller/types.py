@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-#: The cache index of objects by the UID of their controller ownerReference.
+#: The cache index of objects by "namespace/uid": their own namespace and the UID of their
+#: controller ownerReference (``owned_by``). An ownerReference names no namespace, and
+#: anyone who can create an object in one namespace can write any UID into it: a pod in
+#: another namespace claiming a job's UID must not count as that job's child, as the
+#: garbage collector and upstream's controllers (which list in the owner's namespace)
+#: never count it.
 CONTROLLER_UID_INDEX = "controller-uid"
 #: The cache index of objects by "namespace/name" of their controller ownerReference:
 #: finds the children of an owner that is gone from the cache, whatever its UID was.
@@ -32,6 +37,12 @@ JSON = dict[str, Any]
 def object_key(namespace: str | None, name: str) -> str:
     """The workqueue key of an object: "ns/name", or "name" for cluster-scoped ones."""
     return f"{namespace}/{name}" if namespace else name
+
+
+def owned_by(namespace: str | None, uid: str) -> str:
+    """The CONTROLLER_UID_INDEX value of the children of the owner ``uid`` that live in
+    ``namespace``."""
+    return object_key(namespace, uid)
 
 
 def controller_ref(obj: Mapping[str, Any]) -> JSON | None:
@@ -246,9 +257,22 @@ class Spawner(Protocol):
     after a while (a safety net, set where the spawner is made), so a pass that waits on
     spawned work needs no timer of its own. Never blocks and never raises."""
 
-    def spawn(self, key: str, work: Callable[[], Awaitable[None]], *, bounded: bool = True) -> None:
+    def spawn(
+        self,
+        key: str,
+        work: Callable[[], Awaitable[None]],
+        *,
+        bounded: bool = True,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
         """``bounded=False``: not behind the limit on concurrent work (a job's one status
-        write must not queue behind thousands of creates)."""
+        write must not queue behind thousands of creates), and never dropped.
+        ``on_drop`` runs if ``drop`` ends the work before it finished."""
+        ...
+
+    def drop(self, key: str) -> int:
+        """End the key's bounded work that is no longer wanted: what has not started is
+        forgotten, what runs is cancelled; return how much."""
         ...
 
     def backlog(self, key: str | None = None) -> int:

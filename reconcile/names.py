@@ -56,6 +56,11 @@ MANAGED_BY_VALUES = (MANAGED_BY_TRAINING_OPERATOR, MANAGED_BY_MULTIKUEUE)
 #: is deleted while the controller is down stays readable until then (KEP-2307's
 #: scheme for Jobs, reconcile.tracking).
 TRACKING_FINALIZER = f"training.{GROUP}/tfjob-tracking"
+#: Set by the controller, with the tracking finalizer's release, on a pod it deletes
+#: because its index left the spec (a scale-down, a removed replica type): should the
+#: index come back while the pod is still terminating, its end is the controller's own
+#: doing and no disruption (reconcile.restart.pod_outcome).
+RETIRED_ANNOTATION = f"training.{GROUP}/retired"
 
 DEFAULT_CONTAINER_NAME = "tensorflow"
 DEFAULT_PORT_NAME = "tfjob-port"

@@ -64,7 +64,7 @@ from reconcile.status import (
     suspended_status,
 )
 from reconcile.status_types import JobStatus, ReplicaStatus, stored_now
-from reconcile.tracking import active_releases, settled_releases, tracked
+from reconcile.tracking import active_releases, retired, settled_releases, tracked
 from reconcile.verdict import Verdict, decide
 
 #: What the plan asks the orchestrator to record, once the status is stored.
@@ -120,6 +120,9 @@ class Plan:
     delete_services: list[JSON] = field(default_factory=list)
     #: pods whose tracking finalizer comes off (reconcile.tracking)
     release_pods: list[JSON] = field(default_factory=list)
+    #: UIDs among ``release_pods`` let go because their index left the spec: the
+    #: release marks them (reconcile.names.RETIRED_ANNOTATION)
+    retired: frozenset[str] = frozenset()
     status: JSON | None = None  # the complete new .status if it differs, else None
     #: the status change moves only replica counts and Running (it may wait for company)
     progress_only: bool = False
@@ -285,6 +288,7 @@ def _active_plan(
         create_services=create_svcs,
         delete_services=delete_svcs,
         release_pods=[*releases, *settled_releases(stale, stale_doomed)],
+        retired=retired(releases, tfjob),
         requeue_after=min(waits) if waits else None,
         podgroup=gang.write if gang is not None else None,
     )
@@ -398,6 +402,7 @@ def _with_children(
     create_services: Sequence[JSON] = (),
     delete_services: Sequence[JSON] = (),
     release_pods: Sequence[JSON] = (),
+    retired: frozenset[str] = frozenset(),
     requeue_after: float | None = None,
     podgroup: PodGroupWrite | None = None,
 ) -> Plan:
@@ -407,6 +412,7 @@ def _with_children(
         create_services=list(create_services),
         delete_services=list(delete_services),
         release_pods=list(release_pods),
+        retired=retired,
         status=plan.status,
         progress_only=plan.progress_only,
         reports_progress=plan.reports_progress,

@@ -23,6 +23,7 @@ from reconcile.names import (
     API_VERSION,
     DEFAULT_CONTAINER_NAME,
     KIND,
+    RETIRED_ANNOTATION,
     TRACKING_FINALIZER,
     RestartPolicy,
     tensorflow_container_index,
@@ -156,6 +157,11 @@ def is_terminating(obj: Mapping[str, Any]) -> bool:
 def is_tracked(pod: Mapping[str, Any]) -> bool:
     """The pod still carries our tracking finalizer (reconcile.tracking)."""
     return TRACKING_FINALIZER in (pod.get("metadata", {}).get("finalizers") or ())
+
+
+def is_retired(pod: Mapping[str, Any]) -> bool:
+    """The controller deleted the pod because its index had left the spec."""
+    return RETIRED_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})
 
 
 def is_scheduled(pod: Mapping[str, Any]) -> bool:

@@ -15,6 +15,8 @@ pods and the durable per-index record in status (``ReplicaStatus``):
   preemption, deletion by someone else) adds one to ``disruptions`` only; so does a pod
   that was running at the last status write (``activeIndexes``) and is now gone without
   ever having been seen ending (force-deleted, or deleted while the controller was down);
+  a pod the controller deleted itself (a suspend; an index that left the spec, marked
+  ``RETIRED_ANNOTATION``) ends as no disruption when its index is back before it is gone;
 - container restarts done by kubelet in place are folded into ``restarts`` by increase
   over the last observed count of the same pod UID, so no reconcile counts one twice;
 - account, then delete: a pod whose end is newly accounted is *not* deleted in the same
@@ -48,6 +50,7 @@ from reconcile.pods import (
     exit_code,
     finished_at,
     has_condition,
+    is_retired,
     is_scheduled,
     is_terminating,
     phase_of,
@@ -66,7 +69,8 @@ class PodOutcome(Enum):
     DISRUPTED = "disrupted"  # ended by something outside the job; replace, not counted
     FAIL_NEVER = "fail-never"  # failed under restartPolicy Never: the index failed for good
     FAIL_EXIT_CODE = "fail-exit-code"  # ExitCode policy, permanent exit code
-    LEFTOVER = "leftover"  # terminating pod we deleted ourselves (suspend): just wait
+    #: terminating pod we deleted ourselves (suspend, scale-down): just wait
+    LEFTOVER = "leftover"
     #: deleted by someone else but not ended yet: its end decides (a graceful delete
     #: the program survives to exit 0 is a success; a kill, or vanishing, a disruption)
     TERMINATING = "terminating"
@@ -119,6 +123,12 @@ def deleted_by_suspend(pod: Mapping[str, Any], resumed_at: datetime | None) -> b
     return resumed_at is not None and created is not None and created < resumed_at
 
 
+def deleted_by_us(pod: Mapping[str, Any], resumed_at: datetime | None) -> bool:
+    """A terminating pod the controller itself deleted, for a suspend or because its
+    index had left the spec (a scale-down undone before the pod was gone)."""
+    return is_retired(pod) or deleted_by_suspend(pod, resumed_at)
+
+
 def pod_outcome(
     pod: Mapping[str, Any], restart_policy: str, *, resumed_at: datetime | None = None
 ) -> PodOutcome:
@@ -129,9 +139,10 @@ def pod_outcome(
         return PodOutcome.SUCCEEDED
     if phase == PodPhase.FAILED:
         if terminating and not failed_before_deletion(pod):
-            if deleted_by_suspend(pod, resumed_at):
-                # Killed by the suspend's own delete and seen only after the resume (a
-                # cache that caught up late): its end is the suspend's, not a disruption.
+            if deleted_by_us(pod, resumed_at):
+                # Killed by our own delete and seen only once its index was back in the
+                # spec (a resume, a scale-up, or a cache that caught up late): its end is
+                # ours, not a disruption.
                 return PodOutcome.LEFTOVER
             return PodOutcome.DISRUPTED
         if is_disrupted(pod):
@@ -142,7 +153,7 @@ def pod_outcome(
             return PodOutcome.FAIL_EXIT_CODE
         return PodOutcome.RETRY
     if terminating:
-        if deleted_by_suspend(pod, resumed_at):
+        if deleted_by_us(pod, resumed_at):
             return PodOutcome.LEFTOVER
         if phase == PodPhase.PENDING and not is_scheduled(pod):
             # Deleted before any node took it: it never ran and no kubelet will end it

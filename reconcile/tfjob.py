@@ -38,6 +38,7 @@ from controller.types import (
     Pacer,
     Result,
     Spawner,
+    owned_by,
     split_key,
 )
 from reconcile import conditions as cond
@@ -129,6 +130,8 @@ class TFJobReconciler:
         #: per job waiting on its own writes, the pods (and spec generation) its last
         #: progress report was computed from (``_while_creating``)
         self._reported: dict[str, tuple[object, ...]] = {}
+        #: per job with creates handed off, the job they were planned for (``_planned``)
+        self._planned_for: dict[str, tuple[object, ...]] = {}
         self._children = ChildWrites(
             pods=writers.pods,
             services=writers.services,
@@ -146,6 +149,12 @@ class TFJobReconciler:
         raw = self.caches.jobs.get(namespace, name)
         if raw is None:
             return await self._gone(key)
+        if self.spawner.backlog(key) and self._planned_for.get(key) != _planned(raw):
+            # Creates planned for a job that is no longer this one (replaced, its spec
+            # changed, being deleted: a suspend is a spec change) must not go out:
+            # a suspended job would get pods again, and a deleted one's would hold
+            # everyone else's back. The plan below is made afresh.
+            structlog.contextvars.bind_contextvars(creates_dropped=self.spawner.drop(key))
         # 2. Don't act on a stale view of our own writes: every create/delete we issued
         #    and the job's last status write must be visible in the caches first, or the
         #    plan would create a pod that already exists or undo a status just written.
@@ -162,8 +171,9 @@ class TFJobReconciler:
         if stray:
             return await self._release_strays(key, stray)
         # 4. Owned children, from the cache indexes.
-        pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, uid)
-        services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
+        owner = owned_by(namespace, uid)
+        pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, owner)
+        services = self.caches.services.by_index(CONTROLLER_UID_INDEX, owner)
         # 5. The job read once, and the plan: pure. A job being deleted is the garbage
         #    collector's: the plan only lets its pods go.
         view, plan = await self._plan(key, raw, pods, services)
@@ -185,6 +195,8 @@ class TFJobReconciler:
                 outcome,
             )
         await self._children.apply(key, view, plan, outcome)
+        if outcome.handed_off:
+            self._planned_for[key] = _planned(raw)
         if plan.delete_job:
             deleted = await delete_job(self.writers.jobs, self.events, view, outcome)
             if deleted and self.metrics is not None:
@@ -251,8 +263,8 @@ class TFJobReconciler:
         ):
             return _done("awaiting-expectations", recheck)
         structlog.contextvars.bind_contextvars(outcome="awaiting-expectations")
-        uid = raw["metadata"]["uid"]
-        pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, uid)
+        owner = owned_by(split_key(key)[0], raw["metadata"]["uid"])
+        pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, owner)
         # Progress is a function of the pods and the spec: the same ones as at the last
         # report (its write now seen, or nothing to report then) give the same report.
         # Most passes here come from our own status write being seen.
@@ -260,7 +272,7 @@ class TFJobReconciler:
         if self._reported.get(key) == inputs:
             structlog.contextvars.bind_contextvars(progress="unchanged")
             return waiting
-        services = self.caches.services.by_index(CONTROLLER_UID_INDEX, uid)
+        services = self.caches.services.by_index(CONTROLLER_UID_INDEX, owner)
         view, plan = await self._plan(key, raw, pods, services, status_only=True)
         if plan.status is None or not plan.reports_progress or plan.skip_reason:
             self._reported[key] = inputs
@@ -295,6 +307,9 @@ class TFJobReconciler:
         """The job is gone: forget it, once no pod of it still carries our finalizer
         (deleted while the controller was down, or just now: the garbage collector is
         deleting its pods, and they cannot go until they are let go)."""
+        dropped = self.spawner.drop(key)  # its creates would only be garbage-collected
+        if dropped:
+            structlog.contextvars.bind_contextvars(creates_dropped=dropped)
         stray = strays(self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key), None)
         if stray:
             return await self._release_strays(key, stray, outcome="gone")
@@ -302,6 +317,7 @@ class TFJobReconciler:
             self.expectations.delete(k)
         self.specs.forget(key)
         self._reported.pop(key, None)
+        self._planned_for.pop(key, None)
         self.pacer.forget(key)
         self.failures.forget(key)
         return _done("gone")
@@ -367,6 +383,13 @@ class TFJobReconciler:
             self.events.event(view.raw, ev.type, ev.reason, ev.message)
             if self.metrics is not None:
                 self.metrics.transition(view.raw, ev.reason)
+
+
+def _planned(raw: JSON) -> tuple[object, ...]:
+    """What a job's creates are planned for: this job (UID), this spec (generation),
+    and a job not being deleted."""
+    meta = raw["metadata"]
+    return meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp"))
 
 
 def _versions(pods: list[JSON]) -> list[str]:

@@ -28,12 +28,13 @@ are accounted as before: one that vanishes while it was running counts as a disr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from controller.types import JSON
 from reconcile.labels import replica_index_of, replica_type_of
 from reconcile.models import TFJob
+from reconcile.names import RETIRED_ANNOTATION
 from reconcile.pods import is_terminating, is_tracked, tfjob_owner, uid_of
 from reconcile.restart import deleted_by_suspend
 from reconcile.status_types import JobStatus, ReplicaStatus, parse_indexes
@@ -44,8 +45,24 @@ from reconcile.status_types import JobStatus, ReplicaStatus, parse_indexes
 PATCH_TYPE = "application/strategic-merge-patch+json"
 
 
-def release_patch(finalizer: str, uid: str) -> JSON:
-    return {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer], "uid": uid}}
+def release_patch(finalizer: str, uid: str, *, retired: bool = False) -> JSON:
+    """``retired``: the pod is let go because its index left the spec, and says so
+    (RETIRED_ANNOTATION) in the same write."""
+    meta: JSON = {"$deleteFromPrimitiveList/finalizers": [finalizer], "uid": uid}
+    if retired:
+        meta["annotations"] = {RETIRED_ANNOTATION: "true"}
+    return {"metadata": meta}
+
+
+def retired(releases: Iterable[JSON], job: TFJob) -> frozenset[str]:
+    """The UIDs of ``releases`` that go because their index is outside the spec."""
+    counts = {rt.lower(): spec.count for rt, spec in job.replica_specs.items()}
+    return frozenset(uid_of(p) for p in releases if _outside(p, counts))
+
+
+def _outside(pod: JSON, counts: Mapping[str, int]) -> bool:
+    rtype, index = replica_type_of(pod), replica_index_of(pod)
+    return rtype is None or index is None or index >= counts.get(rtype, 0)
 
 
 def tracked(pods: Iterable[JSON]) -> list[JSON]:
@@ -83,7 +100,7 @@ def active_releases(
     for pod in settled_releases(pods, doomed):
         rtype, index = replica_type_of(pod), replica_index_of(pod)
         if rtype is None or index is None or index >= counts.get(rtype, 0):
-            out.append(pod)  # outside the spec: scale-down, a removed type, no labels
+            out.append(pod)  # outside the spec (``_outside``): scale-down, a removed type
         elif deleted_by_suspend(pod, resumed_at) or _recorded(pod, index, records.get(rtype)):
             out.append(pod)
     return out
@@ -104,6 +121,7 @@ __all__ = [
     "PATCH_TYPE",
     "active_releases",
     "release_patch",
+    "retired",
     "settled_releases",
     "strays",
     "tracked",

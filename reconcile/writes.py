@@ -12,7 +12,12 @@ Rules every write here keeps:
   failing the job (reconcile.failures);
 - a create refused because the namespace is being deleted is dropped quietly: the job
   goes with the namespace, and for ``TERMINATING_NAMESPACE_SECONDS`` no other create
-  is sent there (a large job would otherwise spend a token on each of its pods).
+  is sent there (a large job would otherwise spend a token on each of its pods);
+- a create answered AlreadyExists reads the object: this job's own (a create whose
+  event is on its way) is no news; anyone else's is a failed create (``NameHeld``)
+  naming the holder, counted towards failing the job like a permanent refusal, since a
+  name the job's TF_CONFIG points at must not quietly be somebody else's pod or Service;
+  a holder already being deleted is waited for (``NameReleasing``), not counted.
 Deletes and tracking-finalizer releases run in the pass, concurrently up to a bound (a
 release is one UID-preconditioned patch, with no event: it is bookkeeping, not news);
 creates are spawned (Spawner) so the pass does not wait on them, and a failed create
@@ -24,6 +29,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
@@ -84,6 +90,61 @@ class Outcome:
     errors: list[BaseException] = field(default_factory=list)
 
 
+class _Ours(Exception):
+    """The create was answered AlreadyExists and the object is the job's own."""
+
+
+class NameHeld(errors.Conflict):
+    """The name a child of the job must have is taken by an object the job does not
+    control. Nothing changes that until its holder deletes it: the job fails once this
+    has gone on for the create grace (reconcile.failures)."""
+
+    def __init__(self, kind: str, name: str, holder: str) -> None:
+        super().__init__(
+            409, "AlreadyExists", f"{kind.lower()} {name} already exists and is {holder}"
+        )
+
+
+class NameReleasing(errors.Conflict):
+    """The name is taken by an object being deleted (an earlier job's child on its way
+    out): retried with the queue's backoff, never counted towards failing the job."""
+
+    def __init__(self, kind: str, name: str, holder: str) -> None:
+        super().__init__(
+            409, "AlreadyExists", f"{kind.lower()} {name} is {holder}, which is being deleted"
+        )
+
+
+def holder_of(found: JSON) -> str:
+    """Who holds an object, said for an event or a condition message."""
+    ref = controller_ref(found)
+    uid = (found.get("metadata") or {}).get("uid", "")
+    if ref is None:
+        return f"not controlled by this TFJob (no controller; uid {uid})"
+    return (
+        f"controlled by {ref.get('kind', '?')} {ref.get('name', '?')} "
+        f"(uid {ref.get('uid', '?')}), not by this TFJob"
+    )
+
+
+async def _claim(
+    child: _Child, namespace: str, name: str, owner: str, e: errors.AlreadyExists
+) -> JSON:
+    """A create answered AlreadyExists: whose is the object?"""
+    try:
+        found = await child.writer.get(namespace, name)
+    except Exception:
+        raise e from None  # can't tell: a conflict, retried like any
+    if found is None:
+        raise e  # gone again since: the retry creates it
+    if (controller_ref(found) or {}).get("uid") == owner:
+        raise _Ours() from e
+    holder = holder_of(found)
+    if (found.get("metadata") or {}).get("deletionTimestamp"):
+        raise NameReleasing(child.kind, name, holder) from e
+    raise NameHeld(child.kind, name, holder) from e
+
+
 @dataclass(frozen=True)
 class _Child:
     kind: str  # "Pod" or "Service", as in upstream's event reasons
@@ -140,8 +201,12 @@ class ChildWrites:
                 exp.expect_creations(child.exp_key, len(taken))
                 batches.append((child, taken))
         for child, bodies in batches:
+            # A create dropped unsent (its job gone or changed) is never observed.
+            on_drop = partial(self._expectations.creation_observed, child.exp_key)
             for body in bodies:
-                self._spawner.spawn(key, self._creator(key, job, child, body, outcome))
+                self._spawner.spawn(
+                    key, self._creator(key, job, child, body, outcome), on_drop=on_drop
+                )
                 outcome.handed_off += 1
                 if outcome.handed_off % SPAWN_BATCH == 0:
                     # A new task costs tens of microseconds: a large job's 2,000 would
@@ -149,7 +214,7 @@ class ChildWrites:
                     await anyio.lowlevel.checkpoint()
         writes = [self._deleter(job, pods, p, outcome) for p in plan.delete_pods]
         writes += [self._deleter(job, services, s, outcome) for s in plan.delete_services]
-        writes += self._releasers(key, plan.release_pods, outcome)
+        writes += self._releasers(key, plan.release_pods, outcome, plan.retired)
         await self._bounded(writes)
 
     async def release(self, key: str, pods: list[JSON], outcome: Outcome) -> None:
@@ -171,20 +236,28 @@ class ChildWrites:
                 tg.start_soon(bounded, fn)
 
     def _releasers(
-        self, key: str, pods: list[JSON], outcome: Outcome
+        self,
+        key: str,
+        pods: list[JSON],
+        outcome: Outcome,
+        retired: frozenset[str] = frozenset(),
     ) -> list[Callable[[], Awaitable[None]]]:
         if not pods:
             return []
         exp_key = releases_key(key)
         self._expectations.expect_deletions(exp_key, [p["metadata"]["uid"] for p in pods])
-        return [self._releaser(exp_key, p, outcome) for p in pods]
+        return [
+            self._releaser(exp_key, p, outcome, p["metadata"]["uid"] in retired) for p in pods
+        ]
 
-    def _releaser(self, exp_key: str, pod: JSON, outcome: Outcome) -> Callable[[], Awaitable[None]]:
+    def _releaser(
+        self, exp_key: str, pod: JSON, outcome: Outcome, retired: bool
+    ) -> Callable[[], Awaitable[None]]:
         meta = pod["metadata"]
 
         async def release() -> None:
             uid = meta["uid"]
-            patch = release_patch(TRACKING_FINALIZER, uid)
+            patch = release_patch(TRACKING_FINALIZER, uid, retired=retired)
             try:
                 written = await self._pods.patch(
                     meta["namespace"], meta["name"], patch, content_type=PATCH_TYPE
@@ -221,17 +294,17 @@ class ChildWrites:
             if self._terminating.get(namespace, 0.0) > self._clock.monotonic():
                 self._expectations.creation_observed(child.exp_key)
                 return
-            # AlreadyExists: deterministic names, so it is there already, and no create
-            # event of ours will arrive for this attempt.
+            # _Ours: deterministic names, so it is there already, and no create event
+            # of ours will arrive for this attempt.
             try:
                 created = await self._write(
                     job, child, "Create", meta["name"], outcome,
                     lambda: self._create_or_find(child, namespace, body, job.uid),
                     lambda: self._expectations.creation_observed(child.exp_key),
-                    harmless=(errors.AlreadyExists,),
+                    harmless=(_Ours,),
                 )  # fmt: skip
             except Exception as e:
-                if errors.is_permanent(e):
+                if errors.is_permanent(e) or isinstance(e, NameHeld):
                     self._failures.failed(key, job.uid, child.kind, meta["name"], short_error(e))
                 raise
             if created:
@@ -248,6 +321,8 @@ class ChildWrites:
         next pass, before that event, would only be answered 409."""
         try:
             return await child.writer.create(namespace, body)
+        except errors.AlreadyExists as e:
+            return await _claim(child, namespace, body["metadata"]["name"], owner, e)
         except errors.Retryable as e:
             if isinstance(e, errors.TooManyRequests):
                 raise  # refused before anything was done

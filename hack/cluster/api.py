@@ -7,6 +7,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,19 @@ class Api:
         self.ctx.load_cert_chain(str(d / "pki" / "admin.crt"), str(d / "pki" / "admin.key"))
 
     def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, Any]:
+        """``headers`` go with the request as they are (``Impersonate-User``: the admin
+        acting as a tenant whom RBAC limits)."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, method=method)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         if data is not None:
             req.add_header("Content-Type", content_type)
         try:

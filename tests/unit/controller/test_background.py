@@ -288,3 +288,45 @@ async def test_wait_idle_returns_when_the_background_is_cancelled() -> None:
             tg.cancel_scope.cancel()
         with anyio.fail_after(1):
             await done.wait()
+
+
+async def test_drop_ends_one_keys_work_and_the_others_go_on() -> None:
+    """A key's work that is no longer wanted: what waits is forgotten, what runs is
+    cancelled, each runs its on_drop once; another key's work is not held behind it,
+    and the unbounded work (a status write) is left to finish."""
+    background, queue = make()  # limit 2
+    gate, other_gate, status_gate = anyio.Event(), anyio.Event(), anyio.Event()
+    dropped: list[int] = []
+    finished: list[str] = []
+
+    def work(name: str, g: anyio.Event) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            await g.wait()
+            finished.append(name)
+
+        return run
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for i in range(5):  # two run, three wait
+            background.spawn(KEY, work(f"mine-{i}", gate), on_drop=lambda i=i: dropped.append(i))
+        background.spawn(KEY, work("status", status_gate), bounded=False)
+        background.spawn("other", work("other", other_gate))
+        await settle()
+        assert background.backlog(KEY) == 6 and background.backlog() == 7
+        assert background.drop(KEY) == 5
+        await settle()
+        assert sorted(dropped) == [0, 1, 2, 3, 4], "each once, waiting or running"
+        assert background.backlog(KEY) == 1, "the status write is not dropped"
+        # the other key's work got a runner at once, not after the dropped ones
+        other_gate.set()
+        await settle()
+        assert finished == ["other"]
+        gate.set()  # the dropped ones never run on
+        status_gate.set()
+        await settle()
+        assert finished == ["other", "status"]
+        assert background.backlog() == 0 and not background.pending(KEY)
+        assert queue.num_requeues(KEY) == 0, "a drop is no failure"
+        assert background.drop(KEY) == 0
+        tg.cancel_scope.cancel()

@@ -24,16 +24,19 @@ def test_indexes_follow_updates_and_deletes() -> None:
     s.upsert(owned("a", "1", "job-1"))
     s.upsert(owned("b", "2", "job-1"))
     s.upsert(owned("c", "3", "job-2", ns="other"))
-    assert names(s.by_index(CONTROLLER_UID_INDEX, "job-1")) == ["a", "b"]
-    assert names(s.by_index(CONTROLLER_UID_INDEX, "other")) == [], "non-controller refs ignored"
+    assert names(s.by_index(CONTROLLER_UID_INDEX, "ns/job-1")) == ["a", "b"]
+    assert names(s.by_index(CONTROLLER_UID_INDEX, "ns/other")) == [], "non-controller refs ignored"
     assert names(s.by_index(NAMESPACE_INDEX, "other")) == ["c"]
+    # an ownerReference names no namespace: a claim from another one is another owner's
+    assert names(s.by_index(CONTROLLER_UID_INDEX, "ns/job-2")) == []
+    assert names(s.by_index(CONTROLLER_UID_INDEX, "other/job-2")) == ["c"]
 
     s.upsert(owned("b", "4", "job-2"))  # re-owned
-    assert names(s.by_index(CONTROLLER_UID_INDEX, "job-1")) == ["a"]
-    assert names(s.by_index(CONTROLLER_UID_INDEX, "job-2")) == ["b", "c"]
+    assert names(s.by_index(CONTROLLER_UID_INDEX, "ns/job-1")) == ["a"]
+    assert names(s.by_index(CONTROLLER_UID_INDEX, "ns/job-2")) == ["b"]
 
     assert s.delete("ns/a") is not None
-    assert s.by_index(CONTROLLER_UID_INDEX, "job-1") == []
+    assert s.by_index(CONTROLLER_UID_INDEX, "ns/job-1") == []
     assert s.get("ns", "a") is None
     assert s.delete("ns/a") is None
 

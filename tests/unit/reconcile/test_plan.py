@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from reconcile.gang_restart import GANG_RESTART_ANNOTATION
+from reconcile.names import RETIRED_ANNOTATION, TRACKING_FINALIZER
 from reconcile.plan import EventIntent, Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.spec import read_job
 from reconcile.status_types import format_time
@@ -60,6 +62,15 @@ class World:
             if live and live["metadata"]["uid"] == pod["metadata"]["uid"]:
                 live["metadata"]["deletionTimestamp"] = ts(self.now)
                 live["metadata"]["deletionGracePeriodSeconds"] = 0
+        for pod in plan.release_pods:
+            live = self.pods.get(pod["metadata"]["name"])
+            if live and live["metadata"]["uid"] == pod["metadata"]["uid"]:
+                meta = live["metadata"]
+                meta["finalizers"] = [
+                    f for f in meta.get("finalizers", []) if f != TRACKING_FINALIZER
+                ]
+                if meta["uid"] in plan.retired:
+                    meta.setdefault("annotations", {})[RETIRED_ANNOTATION] = "true"
         for svc in plan.delete_services:
             self.services.pop(svc["metadata"]["name"], None)
         for pod in plan.create_pods:
@@ -868,6 +879,52 @@ def test_scale_up_and_down() -> None:
     assert [c["metadata"]["name"] for c in p.create_pods] == ["t-worker-1"]
     env = p.create_pods[0]["spec"]["containers"][0]["env"]
     assert '"worker":["t-worker-0.ns.svc:2222","t-worker-1.ns.svc:2222"]' in env[0]["value"]
+
+
+@pytest.mark.parametrize("whole_gang", [False, True])
+@pytest.mark.parametrize("killed", [True, False], ids=["killed", "still-running"])
+def test_a_scale_down_undone_before_its_pods_are_gone_is_no_disruption(
+    whole_gang: bool, killed: bool
+) -> None:
+    """The controller's own scale-down deletions are not somebody else's: when the
+    replicas come back while those pods still terminate, their ends count nothing, and
+    a whole-gang job does not restart its healthy gang."""
+    job = make_tfjob("t").worker(3, restart_policy="OnFailure").obj()
+    if whole_gang:
+        job["metadata"]["annotations"] = {GANG_RESTART_ANNOTATION: "true"}
+    w = World(job)
+    w.reconcile()
+    w.run_all()
+    w.now = 10
+    w.reconcile()
+    w.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 1
+    w.now = 20
+    p = w.reconcile()
+    assert sorted(d["metadata"]["name"] for d in p.delete_pods) == ["t-worker-1", "t-worker-2"]
+    assert p.retired == {
+        w.pods["t-worker-1"]["metadata"]["uid"],
+        w.pods["t-worker-2"]["metadata"]["uid"],
+    }
+    # back up before they are gone; the kubelet kills them (137) or they still run
+    w.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 3
+    if killed:
+        for name in ("t-worker-1", "t-worker-2"):
+            w.set_phase(name, "Failed", 137)
+    w.now = 21
+    first = w.reconcile()
+    assert first.create_pods == [] and first.delete_pods == [], "their names are still taken"
+    w.settle()
+    survivor = w.pods["t-worker-0"]["metadata"]["uid"]
+    w.gone()
+    w.now = 22
+    p = w.reconcile()
+    assert sorted(c["metadata"]["name"] for c in p.create_pods) == ["t-worker-1", "t-worker-2"]
+    w.run_all()
+    w.settle()
+    worker = w.status["replicaStatuses"]["Worker"]
+    assert (worker.get("disruptions", 0), worker.get("restarts", 0)) == (0, 0)
+    assert w.status.get("gangEpoch", 0) == 0
+    assert w.pods["t-worker-0"]["metadata"]["uid"] == survivor, "the healthy pod stays"
 
 
 def test_removed_replica_type_is_cleaned_up() -> None:

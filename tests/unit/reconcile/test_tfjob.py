@@ -18,7 +18,7 @@ from reconcile.names import MANAGED_BY_MULTIKUEUE
 from reconcile.pacing import STATUS_PACE_SECONDS
 from reconcile.tfjob import DEFAULT_FAILED_CREATE_GRACE
 from reconcile.writes import MAX_JOB_BACKLOG, TERMINATING_NAMESPACE_SECONDS
-from tests.builders import make_pod, make_tfjob
+from tests.builders import make_pod, make_service, make_tfjob
 from tests.fakes import ReconcilerWorld
 
 KEY = "ns/t"
@@ -332,6 +332,63 @@ async def test_creates_refused_permanently_past_the_grace_fail_the_job(
     assert sorted(w.writer.deleted) == sorted(2 * ["t-chief-0", "t-worker-0"]), "cleanPodPolicy"
 
 
+def _holder(job: dict[str, Any], *, owner_uid: str | None, deleting: bool = False) -> Any:
+    """The pod a create of t-worker-1 finds under its name after a 409."""
+    pod = make_pod(job, "Worker", 1).uid("squatter-uid").running().obj()
+    if owner_uid is None:
+        pod["metadata"].pop("ownerReferences")
+    else:
+        pod["metadata"]["ownerReferences"][0].update(uid=owner_uid, name="other")
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("holder", "fails", "held_by"),
+    [
+        pytest.param({"owner_uid": None}, True, "no controller; uid squatter-uid", id="no-owner"),
+        pytest.param({"owner_uid": "u-other"}, True, "TFJob other (uid u-other)", id="other-job"),
+        pytest.param({"owner_uid": "u-other", "deleting": True}, False, None, id="on-its-way-out"),
+    ],
+)  # fmt: skip
+async def test_a_name_somebody_else_holds_is_reported_and_fails_the_job_past_the_grace(
+    holder: dict[str, Any], fails: bool, held_by: str | None
+) -> None:
+    """A create answered 409 whose object the job does not control: a Warning each
+    time and, past the grace, Failed naming the holder. The job's TF_CONFIG points at
+    that name, so running on somebody else's pod or Service is never quietly accepted."""
+    w = ReconcilerWorld(make_tfjob("t").chief().worker(2).obj())
+    job = w.jobs.get("ns", "t")
+    assert job is not None
+    w.writer.fail = {"t-worker-1"}
+    w.writer.error = lambda: errors.AlreadyExists(409, "AlreadyExists", "exists")
+    w.writer.stored = {"t-worker-1": _holder(job, **holder)}
+    await _fail_creates_for(w, DEFAULT_FAILED_CREATE_GRACE + 1, attempts=4)
+    # every refused attempt is reported (the pod's and the service's), and retried
+    assert w.events.reasons.count("FailedCreatePod") >= 4
+    assert w.events.reasons.count("FailedCreateService") >= 4
+    failed = _status_condition(w, "Failed")
+    if not fails:
+        assert failed is None, "a holder being deleted is waited for, not counted"
+        return
+    assert failed is not None and failed["reason"] in ("FailedCreatePod", "FailedCreateService")
+    assert "t-worker-1 already exists and is" in failed["message"]
+    assert held_by is not None and held_by in failed["message"]
+
+
+async def test_a_409_for_an_object_the_job_controls_is_no_news() -> None:
+    w = ReconcilerWorld(make_tfjob("t").worker(1).obj())
+    job = w.jobs.get("ns", "t")
+    assert job is not None
+    w.writer.fail = {"t-worker-0"}
+    w.writer.error = lambda: errors.AlreadyExists(409, "AlreadyExists", "exists")
+    w.writer.stored = {"t-worker-0": make_pod(job, "Worker", 0).obj()}
+    await _fail_creates_for(w, 1, attempts=1)
+    assert not [r for r in w.events.reasons if r.startswith("FailedCreate")]
+    assert w.queue.num_requeues(KEY) == 0
+
+
 async def test_a_create_that_succeeds_resets_the_grace() -> None:
     w = ReconcilerWorld(make_tfjob("t").chief().worker(2).obj())
     w.writer.fail, w.writer.error = {"t-worker-1"}, lambda: errors.Invalid(422, "Invalid", "x")
@@ -431,3 +488,81 @@ async def test_a_create_whose_answer_was_lost_but_landed_is_not_sent_again() -> 
     w2.writer.error = lambda: errors.ConnectionFailed("connection reset")
     await reconcile(w2)
     assert w2.queue.num_requeues(KEY) == 1
+
+
+async def test_children_in_another_namespace_never_count_for_the_job() -> None:
+    """An ownerReference names no namespace: a tenant who can create pods only in its
+    own namespace can still write the victim job's UID into one. Such pods (succeeded,
+    here) must not decide the job's outcome; the job's own running pods do."""
+    job = make_tfjob("t").worker(2).obj()
+    w = ReconcilerWorld(job)
+    for i in range(2):
+        w.pods.upsert(make_pod(job, "Worker", i).tracked().running().obj())
+        w.services.upsert(make_service(job, "Worker", i))
+    forged = make_tfjob("t", namespace="attacker", uid=job["metadata"]["uid"]).worker(3).obj()
+    for i in range(3):
+        w.pods.upsert(make_pod(forged, "Worker", i).uid(f"forged-{i}").succeeded().obj())
+    await reconcile(w)
+    assert w.writer.created == [] and w.writer.deleted == []
+    status = w.writer.statuses[-1]
+    assert status["replicaStatuses"]["Worker"].get("succeeded", 0) == 0
+    assert status["replicaStatuses"]["Worker"]["active"] == 2
+    assert not [c for c in status["conditions"] if c["type"] == "Succeeded"]
+
+
+def _changed(w: ReconcilerWorld, **meta: Any) -> None:
+    job = w.jobs.get("ns", "t")
+    assert job is not None
+    w.jobs.upsert({**job, "metadata": {**job["metadata"], **meta}})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda w: w.jobs.delete(KEY), id="deleted"),
+        pytest.param(lambda w: _changed(w, uid="t-new-uid"), id="replaced"),
+        pytest.param(lambda w: _changed(w, deletionTimestamp="2024-01-01T00:00:09Z"),
+                     id="being-deleted"),
+        pytest.param(lambda w: _changed(w, generation=2), id="spec-changed"),
+    ],
+)  # fmt: skip
+async def test_queued_creates_of_a_job_that_changed_are_dropped_unsent(change: Any) -> None:
+    """The job is deleted, replaced, or its spec changed (a suspend is one) while its
+    creates wait on the rate limit: none of them goes out, their expectations are let
+    go, and the next plan starts afresh."""
+    job = make_tfjob("t").worker(3).obj()
+    job["metadata"]["generation"] = 1
+    w = ReconcilerWorld(job, hold_creates=True)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        await w.reconciler.reconcile(KEY)
+        await anyio.wait_all_tasks_blocked()
+        assert w.background.backlog(KEY) == 6  # 3 services, 3 pods
+        change(w)
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert structlog.contextvars.get_contextvars()["creates_dropped"] == 6
+        w.writer.release.set()
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    assert w.writer.created == [], "nothing planned for the old job went out"
+    assert w.expectations.pending(pods_key(KEY))[0] == 0
+    assert w.expectations.pending(services_key(KEY))[0] == 0
+
+
+async def test_an_unchanged_job_keeps_its_queued_creates() -> None:
+    job = make_tfjob("t").worker(3).obj()
+    job["metadata"]["generation"] = 1
+    w = ReconcilerWorld(job, hold_creates=True)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        await w.reconciler.reconcile(KEY)
+        await anyio.wait_all_tasks_blocked()
+        w.store_status()  # a status write seen is no change of the job
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        assert "creates_dropped" not in structlog.contextvars.get_contextvars()
+        w.writer.release.set()
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    assert len(w.writer.created) == 6
