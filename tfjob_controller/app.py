@@ -422,6 +422,11 @@ def main(argv: list[str] | None = None) -> None:
         from tfjob_controller.explain import main as explain_main
 
         sys.exit(explain_main(words[1:], prog="tfjob-controller explain"))
+    if words[:1] == ["release-finalizers"]:
+        # A one-shot for uninstalls (tfjob_controller.release).
+        from tfjob_controller.release import main as release_main
+
+        sys.exit(release_main(words[1:]))
     args = parse_args(argv)
     configure_logging(args.log_format, args.log_level)
     options = {"use_uvloop": True} if args.event_loop == "uvloop" else {}

@@ -1,0 +1,119 @@
+"""``tfjob-controller release-finalizers``: let go of every pod the controller tracks,
+for an uninstall or a controller that will stay down.
+
+Every pod the controller creates carries its tracking finalizer (reconcile.tracking),
+which only the controller removes, once the pod's end is recorded. With the controller
+gone for good, a deleted pod would stay Terminating and its namespace could never be
+deleted. This command removes that one finalizer, and nothing else, from every pod that
+carries it (in one namespace, or all): one strategic-merge patch per pod that deletes
+the finalizer from the list, with the pod's UID as a precondition, so another
+controller's finalizers stay and a same-named successor is never touched. Pods are
+found by the finalizer, not by labels: a pod whose labels were edited is still found,
+and a foreign pod carrying our operator label but not our finalizer is left alone.
+
+Run it with the controller stopped (scaled to zero or deleted): a running controller
+would go on tracking the pods it creates. Exit codes: 0 when every tracked pod was
+released (or was gone already), 1 when a release failed, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from controller import errors
+from controller.api import ClientSettings, KubeApi
+from controller.kube import PODS, ResourceClient
+from controller.types import JSON
+from reconcile.names import TRACKING_FINALIZER
+from reconcile.tracking import PATCH_TYPE, release_patch, tracked
+
+PROG = "tfjob-controller release-finalizers"
+#: Releases in flight at once.
+CONCURRENCY = 8
+
+
+def parse_args(argv: Sequence[str], prog: str = PROG) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=f"Remove the finalizer {TRACKING_FINALIZER} (and only it) from every pod"
+        " that carries it, so pods and namespaces can be deleted once the controller is"
+        " gone. Run it with the controller stopped.",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG") or None,
+        help="kubeconfig path (default: $KUBECONFIG, then in-cluster config)",
+    )
+    p.add_argument("--context", default=None, help="kubeconfig context")
+    p.add_argument(
+        "--namespace", "-n", default=None, help="only this namespace (default: every one)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="list the pods that would be released, only"
+    )
+    return p.parse_args(list(argv))
+
+
+async def release_all(pods: ResourceClient, namespace: str | None, dry_run: bool) -> int:
+    listed = await pods.list(namespace)
+    todo = tracked(listed.items)
+    failed = 0
+    done = 0
+    limiter = anyio.Semaphore(CONCURRENCY)
+
+    async def release(pod: JSON) -> None:
+        nonlocal failed, done
+        meta = pod["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        if dry_run:
+            print(f"would release {where}")
+            return
+        async with limiter:
+            try:
+                await pods.patch(
+                    meta["namespace"],
+                    meta["name"],
+                    release_patch(TRACKING_FINALIZER, meta["uid"]),
+                    content_type=PATCH_TYPE,
+                )
+            except (errors.NotFound, errors.Conflict, errors.Invalid):
+                # gone, or a same-named successor (the UID precondition): nothing of ours
+                print(f"gone already: {where}")
+                return
+            except (errors.ApiError, OSError) as e:
+                failed += 1
+                print(f"FAILED {where}: {e}", file=sys.stderr)
+                return
+        done += 1
+        print(f"released {where}")
+
+    async with anyio.create_task_group() as tg:
+        for pod in todo:
+            tg.start_soon(release, pod)
+    scope = f"namespace {namespace}" if namespace else "all namespaces"
+    verb = "would be released" if dry_run else "released"
+    count = len(todo) if dry_run else done
+    print(f"{count} of {len(todo)} tracked pods {verb} ({scope}); {failed} failed")
+    return 1 if failed else 0
+
+
+async def run(args: argparse.Namespace) -> int:
+    # the controller's own default rate: an uninstall need not be fast
+    settings = ClientSettings(qps=20, burst=30, user_agent="tfjob-controller-release-finalizers")
+    api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)
+    async with api:
+        return await release_all(ResourceClient(api, PODS), args.namespace, args.dry_run)
+
+
+def main(argv: Sequence[str], prog: str = PROG) -> int:
+    args = parse_args(argv, prog)
+    try:
+        return anyio.run(run, args)
+    except (errors.ApiError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
