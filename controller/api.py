@@ -42,7 +42,7 @@ import structlog
 
 from controller import credentials, errors, http
 from controller.clock import SystemClock
-from controller.kubeconfig import config_module, new_configuration
+from controller.kubeconfig import config_module, new_configuration, settle_transport
 from controller.logging import remember_secret
 from controller.ratelimit import PRIORITY_NORMAL, TokenBucket
 from controller.types import JSON, Clock
@@ -126,15 +126,13 @@ async def load_configuration(
     cfg = new_configuration()
     if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
         kube_config.load_incluster_config(client_configuration=cfg)
-        return cfg
-    # persist_config: an OIDC refresh saves the new tokens back, as kubectl does
-    loader = await kube_config.load_kube_config(
-        config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=True
-    )
-    credentials.install(cfg, loader)  # an exec plugin's or OIDC token, fetched when due
-    if cfg.proxy and not str(cfg.proxy).lower().startswith(("http://", "https://")):
-        # said at start-up, not by every request failing later
-        raise ValueError(f"kubeconfig proxy-url {cfg.proxy!r}: only http:// and https:// proxies")
+    else:
+        # persist_config: an OIDC refresh saves the new tokens back, as kubectl does
+        loader = await kube_config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=True
+        )
+        credentials.install(cfg, loader)  # an exec plugin's or OIDC token, fetched when due
+    settle_transport(cfg, os.environ)  # insecure with a CA refused; proxy env honoured
     return cfg
 
 
@@ -326,7 +324,12 @@ class KubeApi:
             raise _decode_error(status, raw)
         if not raw:
             return {}
-        decoded = decode_json(raw)
+        try:
+            decoded = decode_json(raw)
+        except orjson.JSONDecodeError as exc:
+            # a proxy's or load balancer's page, a truncated body: no usable answer
+            msg = f"{method} {path}: a {status} answer whose body is not JSON ({exc})"
+            raise errors.ConnectionFailed(msg) from exc
         return decoded if isinstance(decoded, dict) else {"items": decoded}
 
     async def _renew_credentials(self, method: str, path: str) -> bool:
@@ -393,7 +396,12 @@ async def _lines(resp: http.Stream, path: str) -> AsyncIterator[JSON]:
             return
         # orjson accepts the trailing newline (JSON whitespace): no copy to strip it
         if not line.isspace():
-            yield orjson.loads(line)
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                msg = f"stream {path}: a line that is not JSON ({exc})"
+                raise errors.ConnectionFailed(msg) from exc
+            yield event
 
 
 def _target(path: str, params: Mapping[str, str] | None) -> str:

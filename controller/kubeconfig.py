@@ -26,18 +26,25 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import ipaddress
 import os
+import re
 import sys
 import types
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from controller.credentials import refresh_oidc
 from controller.execplugin import load_from_plugin
+from controller.http import redact
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.configuration import Configuration
 
 PACKAGE = "kubernetes_asyncio"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class _NoApiClient:
@@ -116,3 +123,104 @@ def new_configuration() -> Configuration:
     config_module()  # the client's configuration module, loaded the light way
     cls: type[Configuration] = sys.modules[f"{PACKAGE}.client.configuration"].Configuration
     return cls()
+
+
+# -- the transport a loaded configuration asks for -------------------------------------
+
+
+def _env_any(env: Mapping[str, str], *names: str) -> str:
+    # the first one set and not empty: upper case wins, as in Go
+    return next((env[n] for n in names if env.get(n)), "")
+
+
+def _as_proxy_url(value: str) -> str:
+    # Go reads "proxy.corp:3128" (no scheme, or one it does not know) as http://
+    scheme, sep, rest = value.partition("://")
+    if sep and rest and scheme.lower() in ("http", "https", "socks5", "socks5h"):
+        return value
+    return "http://" + value
+
+
+def _no_proxy_matches(entry: str, host: str, port: str, ip: IPAddress | None) -> bool:
+    """Whether one NO_PROXY entry (trimmed, lower case, not "*") exempts host:port."""
+    if "/" in entry:
+        try:
+            return ip is not None and ip in ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            return False  # a malformed CIDR exempts nothing
+    entry_host, entry_port = entry, ""
+    split = re.fullmatch(r"\[(.*)\]:(\d*)|([^:]*):(\d*)", entry)
+    if split is not None:
+        entry_host = split[1] if split[1] is not None else split[3]
+        entry_port = split[2] if split[2] is not None else split[4]
+        if not entry_host:
+            return False  # ":80": no host, so nothing to match
+    if entry_port and entry_port != port:
+        return False
+    try:
+        entry_ip: IPAddress | None = ipaddress.ip_address(entry_host)
+    except ValueError:
+        entry_ip = None
+    if entry_ip is not None:
+        return ip is not None and entry_ip == ip
+    # "foo.com" exempts foo.com and its subdomains, ".foo.com" and "*.foo.com" only these
+    suffix = entry_host[1:] if entry_host.startswith("*.") else entry_host
+    if not suffix.startswith("."):
+        if host == suffix:
+            return True
+        suffix = "." + suffix
+    return host.endswith(suffix)
+
+
+def proxy_from_environment(url: str, env: Mapping[str, str]) -> str | None:
+    """The proxy Go's ``http.ProxyFromEnvironment`` (golang.org/x/net/http/httpproxy)
+    picks for ``url``, which is what client-go uses when the kubeconfig names none:
+    HTTPS_PROXY for an https server, HTTP_PROXY for http (each also in lower case, the
+    upper-case one first); none for localhost or a loopback address, whatever is set;
+    NO_PROXY (or no_proxy) a comma-separated list of ``*``, IP addresses, CIDRs, and
+    domains (``foo.com`` matches it and its subdomains, ``.foo.com`` and ``*.foo.com``
+    only subdomains), each optionally with ``:port``."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "https":
+        value = _env_any(env, "HTTPS_PROXY", "https_proxy")
+    elif scheme == "http":
+        value = _env_any(env, "HTTP_PROXY", "http_proxy")
+    else:
+        return None
+    host = (parts.hostname or "").lower()
+    if not value or not host:
+        return None
+    try:
+        ip: IPAddress | None = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if host == "localhost" or (ip is not None and ip.is_loopback):
+        return None
+    try:
+        port = str(parts.port or (443 if scheme == "https" else 80))
+    except ValueError:
+        return None
+    for entry in _env_any(env, "NO_PROXY", "no_proxy").split(","):
+        entry = entry.strip().lower()
+        if entry == "*" or (entry and _no_proxy_matches(entry, host, port, ip)):
+            return None
+    return _as_proxy_url(value)
+
+
+def settle_transport(cfg: Configuration, env: Mapping[str, str]) -> None:
+    """Check a loaded configuration's TLS and proxy settings, as client-go would, and
+    settle its proxy: the kubeconfig's ``proxy-url``, else the environment's. Raises
+    ValueError at start-up for what client-go refuses (or our client cannot do), rather
+    than every request failing later."""
+    if not cfg.verify_ssl and cfg.ssl_ca_cert:
+        # client-go: a CA that would not be checked is a mistake, not a choice
+        raise ValueError(
+            "kubeconfig cluster: specifying a root certificates file with the insecure "
+            "flag is not allowed (insecure-skip-tls-verify with certificate-authority)"
+        )
+    proxy = str(cfg.proxy) if cfg.proxy else proxy_from_environment(str(cfg.host), env)
+    if proxy and not proxy.lower().startswith(("http://", "https://")):
+        where = "kubeconfig proxy-url" if cfg.proxy else "proxy from the environment"
+        raise ValueError(f"{where} {redact(proxy)!r}: only http:// and https:// proxies")
+    cfg.proxy = proxy or None

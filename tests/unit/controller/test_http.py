@@ -233,11 +233,9 @@ async def test_a_plain_http_server_behind_a_proxy_gets_the_absolute_form() -> No
 
 async def test_a_header_value_with_a_line_break_is_refused() -> None:
     received: list[bytes] = []
-    done = anyio.Event()
 
     async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
         received.append(await r.read())
-        done.set()
 
     async with raw_server(script) as (url, _):
         p = pool(url)
@@ -246,9 +244,9 @@ async def test_a_header_value_with_a_line_break_is_refused() -> None:
                 await p.request("GET", "/", headers={"Authorization": "Bearer x\r\nEvil: 1"})
         finally:
             await p.close()
-        with anyio.fail_after(5):
-            await done.wait()
-    assert received == [b""], "nothing was sent"
+        await asyncio.sleep(0.05)
+    # refused before a connection was even taken for it
+    assert received in ([], [b""]), "nothing was sent"
 
 
 async def test_an_answer_that_is_not_http_fails_as_a_connection_failure() -> None:
