@@ -11,9 +11,12 @@ Contract (client-go leaderelection, with its safety model: this is NOT fencing):
 - Every write carries the resourceVersion read just before, so two candidates racing
   for an expired lease cannot both win (one gets Conflict). A lease with an empty
   holder (released) is free at once.
-- ``hold()`` renews every retry period and returns when it could not renew for
-  ``renew_deadline`` (or saw another holder): the caller must stop all work at once
-  and exit non-zero; lease_duration - renew_deadline (5s) is the margin for that.
+- ``hold()`` starts a renewal every retry period, counted from the start of the one
+  before (client-go's PollImmediateUntil within a renew-deadline window), and returns
+  when none succeeded for ``renew_deadline`` (or it saw another holder): the caller
+  must stop all work at once and exit non-zero; lease_duration - renew_deadline (5s)
+  is the margin for that. An attempt may take up to renew_deadline / 2 (a 2.5 s round
+  trip each for the GET and the PUT) and the leader still keeps up.
 - Fencing by time: a renewal counts from the moment its attempt *started* (before the
   GET), never from its response, and the whole attempt (GET and PUT together) is
   bounded by what is left of the renew deadline, measured on our clock. Others count
@@ -209,32 +212,42 @@ class LeaseElector:
 
     async def hold(self) -> None:
         """Renew until it fails for renew_deadline (or another holder shows up), then
-        return. The caller must stop all guarded work immediately."""
+        return. The caller must stop all guarded work immediately.
+
+        As client-go's renew loop: attempts start every retry period, back to back when
+        one takes longer, and leadership is lost only when none succeeded within the
+        renew deadline; a success opens a new window. Both the cadence and the window
+        count from the START of an attempt (client-go opens the window later, when the
+        next round begins; ours is the fence). Were the next attempt timed from the end
+        of the last, as it once was, a 4 s attempt (2 s GET, 2 s PUT) would leave the
+        next 10 - 4 - 2 = 4 s, too little, and the leader gave up with the apiserver up.
+        Timed from the start, attempts of up to half the renew deadline keep up."""
+        next_attempt = self._last_renew + self.retry_period
         while True:
-            await self._clock.sleep(self.retry_period)
-            while True:
-                remaining = self._last_renew + self.renew_deadline - self._clock.monotonic()
-                if remaining <= 0:
-                    self._set_leading(False)
-                    self._log.error("leader lost: renew deadline exceeded")
-                    return
-                started = self._clock.monotonic()
-                try:
-                    renewed = await self.try_acquire_or_renew(remaining)
-                except errors.ApiError as exc:
-                    self._log.warning("lease renew failed", error=str(exc))
-                    renewed = False
-                if renewed:
-                    self._last_renew = started
-                    break
-                holder = (self._observed or {}).get("holderIdentity")
-                if holder and holder != self.identity:
-                    self._set_leading(False)
-                    self._log.error("leader lost: lease taken", holder=holder)
-                    return
-                # what is left now, after the failed attempt, not before it
-                left = self._last_renew + self.renew_deadline - self._clock.monotonic()
-                await self._clock.sleep(min(self.retry_period, max(left, 0.0)))
+            deadline = self._last_renew + self.renew_deadline
+            wait = min(next_attempt, deadline) - self._clock.monotonic()
+            if wait > 0:
+                await self._clock.sleep(wait)
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                self._set_leading(False)
+                self._log.error("leader lost: renew deadline exceeded")
+                return
+            started = self._clock.monotonic()
+            next_attempt = started + self.retry_period
+            try:
+                renewed = await self.try_acquire_or_renew(remaining)
+            except errors.ApiError as exc:
+                self._log.warning("lease renew failed", error=str(exc))
+                renewed = False
+            if renewed:
+                self._last_renew = started
+                continue
+            holder = (self._observed or {}).get("holderIdentity")
+            if holder and holder != self.identity:
+                self._set_leading(False)
+                self._log.error("leader lost: lease taken", holder=holder)
+                return
 
     async def release(self) -> None:
         """Give the lease up, if we hold it. Call only after guarded work has stopped."""

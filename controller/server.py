@@ -14,6 +14,18 @@ Checks are plain callables returning bool, so this module knows nothing of infor
 The server is a few lines of HTTP/1.1 on anyio's TCP listeners: three GET paths, one
 request per connection (``Connection: close``), which is all a kubelet probe or a
 Prometheus scrape needs; a web framework for it cost 2 MB and 30 ms of start-up.
+
+Whoever can reach a port must not be able to end the process or silence the probes:
+- Each server takes at most ``max_connections`` (256) at once; more wait in the
+  kernel's listen backlog, costing no descriptor of ours. With the defaults that is
+  512 descriptors at most, half the usual limit of 1,024, and a flood of /metrics
+  never takes a slot of /healthz (keep the probes on a port of their own).
+- A client has ``head_timeout`` (5 s) to send its request head and ``write_timeout``
+  (10 s) to take the answer, so connections held open saying nothing, or half a
+  request, or never reading, are closed and their slots reused.
+- An accept that fails (EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED...) is retried
+  after a backoff, 5 ms doubling to 1 s, as Go's net/http does; it never ends the
+  process (it used to: 1,009 idle connections under a limit of 1,024 exited it 1).
 """
 
 from __future__ import annotations
@@ -27,7 +39,6 @@ import anyio
 import anyio.abc
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
-from anyio.streams.stapled import MultiListener
 
 from controller.prometheus import CONTENT_TYPE, Registry
 
@@ -36,9 +47,17 @@ log = structlog.get_logger("controller.server")
 Check = Callable[[], bool]
 
 
-#: a request head larger than this, or slower than this, is dropped
+#: a request head larger than this is answered 400
 MAX_HEAD_BYTES = 8192
-HEAD_TIMEOUT_SECONDS = 10.0
+#: Go's ReadHeaderTimeout: what a client that sends nothing can hold a slot for. A
+#: kubelet probe or a scrape sends its head at once.
+HEAD_TIMEOUT_SECONDS = 5.0
+#: and one that never reads its answer (a /metrics body outgrows the socket buffers)
+WRITE_TIMEOUT_SECONDS = 10.0
+#: connections one server holds open at once
+MAX_CONNECTIONS = 256
+#: Go's net/http backoff on a failed accept
+ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX = 0.005, 1.0
 
 Response = tuple[int, str, bytes]  # status, content type, body
 
@@ -101,8 +120,14 @@ class ProbeServers:
         registry: Registry | None = None,
         health_checks: Sequence[Check] = (),
         ready_checks: Sequence[Check] = (),
+        max_connections: int = MAX_CONNECTIONS,
+        head_timeout: float = HEAD_TIMEOUT_SECONDS,
+        write_timeout: float = WRITE_TIMEOUT_SECONDS,
     ) -> None:
         self.registry = registry
+        self.max_connections = max_connections
+        self.head_timeout = head_timeout
+        self.write_timeout = write_timeout
         self.health_checks = list(health_checks)
         self.ready_checks = list(ready_checks)
         #: the paths each bind address serves
@@ -125,8 +150,8 @@ class ProbeServers:
         """Listen on every address, report started, serve until cancelled."""
         async with anyio.create_task_group() as tg:
             for address, routes in self._routes.items():
-                listener = await _listen(*parse_address(address))
-                for one in listener.listeners:
+                listeners = await _listen(*parse_address(address))
+                for one in listeners:
                     bound = one.extra(SocketAttribute.local_address)
                     if isinstance(bound, tuple):
                         self.bound.setdefault(address, (str(bound[0]), int(bound[1])))
@@ -134,51 +159,98 @@ class ProbeServers:
                 log.info(
                     "serving", address=address, bound=self.bound.get(address), paths=sorted(routes)
                 )
-                tg.start_soon(self._accept, listener, routes, tg)
+                tg.start_soon(self._serve_address, listeners, routes)
             task_status.started()
+
+    async def _serve_address(
+        self,
+        listeners: list[anyio.abc.SocketListener],
+        routes: dict[str, Callable[[], Response]],
+    ) -> None:
+        # one cap for the address, however many sockets (IPv4, IPv6) it listens on
+        slots = anyio.Semaphore(self.max_connections)
+        try:
+            async with anyio.create_task_group() as tg:
+                for one in listeners:
+                    tg.start_soon(self._accept, one, routes, slots, tg)
+        finally:
+            for one in listeners:
+                with anyio.CancelScope(shield=True):
+                    await one.aclose()
 
     async def _accept(
         self,
-        listener: MultiListener[SocketStream],
+        listener: anyio.abc.SocketListener,
         routes: dict[str, Callable[[], Response]],
+        slots: anyio.Semaphore,
         tg: TaskGroup,
     ) -> None:
-        async with listener:
-            await listener.serve(lambda stream: self._handle(stream, routes), task_group=tg)
+        backoff = 0.0
+        while True:
+            # At the cap, connections wait in the backlog rather than take descriptors.
+            await slots.acquire()
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                slots.release()
+                # Out of descriptors or buffers, or a connection reset before we took
+                # it: a later accept may succeed, and the listening socket stays
+                # readable meanwhile, so retrying at once would spin.
+                backoff = min(max(backoff * 2, ACCEPT_BACKOFF_MIN), ACCEPT_BACKOFF_MAX)
+                log.warning("accept failed, retrying", error=str(exc), retry_in=backoff)
+                await anyio.sleep(backoff)
+                continue
+            except BaseException:
+                slots.release()
+                raise
+            backoff = 0.0
+            tg.start_soon(self._handle, stream, routes, slots)
 
     async def _handle(
+        self,
+        stream: SocketStream,
+        routes: dict[str, Callable[[], Response]],
+        slots: anyio.Semaphore,
+    ) -> None:
+        try:
+            async with stream:
+                await self._answer(stream, routes)
+        finally:
+            slots.release()
+
+    async def _answer(
         self, stream: SocketStream, routes: dict[str, Callable[[], Response]]
     ) -> None:
-        async with stream:
-            try:
-                with anyio.fail_after(HEAD_TIMEOUT_SECONDS):
-                    head = await _read_head(stream)
-            except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                return
-            if head is None:
-                status, ctype, body = 400, "text/plain", b"bad request\n"
-                method = "GET"
+        try:
+            with anyio.fail_after(self.head_timeout):
+                head = await _read_head(stream)
+        except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            return
+        if head is None:
+            status, ctype, body = 400, "text/plain", b"bad request\n"
+            method = "GET"
+        else:
+            method, path = head
+            handler = routes.get(path)
+            if handler is None:
+                status, ctype, body = 404, "text/plain", b"not found\n"
+            elif method not in ("GET", "HEAD"):
+                status, ctype, body = 405, "text/plain", b"method not allowed\n"
             else:
-                method, path = head
-                handler = routes.get(path)
-                if handler is None:
-                    status, ctype, body = 404, "text/plain", b"not found\n"
-                elif method not in ("GET", "HEAD"):
-                    status, ctype, body = 405, "text/plain", b"method not allowed\n"
-                else:
-                    status, ctype, body = handler()
-            reply = (
-                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
-                f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n"
-            ).encode()
+                status, ctype, body = handler()
+        reply = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
+            f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode()
+        with anyio.move_on_after(self.write_timeout):
             try:
                 await stream.send(reply if method == "HEAD" else reply + body)
             except (anyio.BrokenResourceError, OSError):
                 return
 
 
-async def _listen(host: str | None, port: int) -> MultiListener[SocketStream]:
+async def _listen(host: str | None, port: int) -> list[anyio.abc.SocketListener]:
     """Listening sockets for every address ``host`` names (all interfaces for None),
     resolved here, at start-up, instead of on a worker thread: the process keeps one
     thread. Port 0 binds the first address to an ephemeral port and the rest to it."""
@@ -203,7 +275,7 @@ async def _listen(host: str | None, port: int) -> MultiListener[SocketStream]:
                 continue  # e.g. IPv6 configured but not usable: the others serve
             raise
         listeners.append(await anyio.abc.SocketListener.from_socket(sock))
-    return MultiListener(listeners)
+    return listeners
 
 
 async def _read_head(stream: SocketStream) -> tuple[str, str] | None:

@@ -62,6 +62,8 @@ class Seen:
     forwarded: float | None = None
     #: what the client was answered; None: nothing (hung, or the client left first)
     status: int | None = None
+    #: when a relayed answer was all written to the client (a watch: when it ended)
+    answered: float | None = None
 
 
 Fault = Callable[[str, str], Injection | None]
@@ -258,4 +260,5 @@ class FaultProxy:
             async for chunk in resp.content.iter_any():
                 await out.write(chunk)
             await out.write_eof()
+            seen.answered = time.monotonic()
             return out

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -217,13 +218,16 @@ async def test_leader_gauge_follows_acquire_lose_and_release() -> None:
 
 
 class SlowLeases(FakeLeases):
-    """GETs take ``get_seconds`` on the fake clock; PUTs hang while ``hang`` is set."""
+    """GETs take ``get_seconds`` and PUTs ``put_seconds`` on the fake clock; PUTs hang
+    while ``hang`` is set. ``stored`` holds when each PUT was stored."""
 
     def __init__(self, clock: FakeClock) -> None:
         super().__init__()
         self.clock = clock
         self.get_seconds = 0.0
+        self.put_seconds = 0.0
         self.hang = False
+        self.stored: list[float] = []
 
     async def get(self, namespace: str | None, name: str) -> JSON | None:
         await self.clock.sleep(self.get_seconds)
@@ -232,7 +236,10 @@ class SlowLeases(FakeLeases):
     async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
         if self.hang:
             await anyio.Event().wait()
-        return await super().replace(namespace, name, body)
+        await self.clock.sleep(self.put_seconds)
+        out = await super().replace(namespace, name, body)
+        self.stored.append(self.clock.monotonic())
+        return out
 
 
 async def test_a_slow_get_and_a_hung_put_never_outlast_the_lease() -> None:
@@ -259,3 +266,49 @@ async def test_a_slow_get_and_a_hung_put_never_outlast_the_lease() -> None:
     lost = await hold_until_lost(a, clock, slow_renewal_then_hung_put, 0.25)
     assert lost <= renewal_started + 10.0 + 0.25, (renewal_started, lost)
     assert lost < renewal_started + 15.0 - 4.5
+
+
+async def test_a_minute_of_slow_round_trips_keeps_the_lease() -> None:
+    """Every GET and PUT takes 2.25 s (a 2 s round trip and the apiserver's own time):
+    a renewal takes 4.5 s. Renewals start every retry period counted from the start of
+    the one before, back to back here, each with 5.5 s of its window left, so the
+    leader keeps the lease for the whole minute. (It used to wait a retry period after
+    each renewal ENDED: the next had 3.5 s of its window left, timed out, and the
+    leader gave up 10 s after the first slow renewal began.) Then the PUTs hang and the
+    fence still holds: hold returns 10 s after the start of the last renewal."""
+    clock = FakeClock()
+    leases = SlowLeases(clock)
+    a = elector(leases, clock, "a")
+    await a.acquire()
+    leases.get_seconds = leases.put_seconds = 2.25
+    slow_from = clock.monotonic()
+    returned: list[float] = []
+    async with anyio.create_task_group() as tg:
+
+        async def hold() -> None:
+            await a.hold()
+            returned.append(clock.monotonic())
+
+        tg.start_soon(hold)
+        await anyio.wait_all_tasks_blocked()
+        with anyio.fail_after(5):
+            while clock.monotonic() < slow_from + 60.0:
+                clock.advance(0.25)
+                await anyio.wait_all_tasks_blocked()
+                assert not returned, f"lost the lease {returned[0] - slow_from:.2f} s in"
+        assert a.leading and a.healthy()
+        renewals = [t - slow_from for t in leases.stored if t > slow_from]
+        gaps = [y - x for x, y in itertools.pairwise([0.0, *renewals])]
+        assert len(renewals) >= 60 // 4.5 - 1, renewals
+        assert max(gaps) <= 4.5 + 2.0 + 0.25, gaps
+
+        # the fence: counted from the start of the last renewal that was stored (the
+        # one in flight now may still be)
+        leases.hang = True
+        with anyio.fail_after(5):
+            while not returned:
+                clock.advance(0.25)
+                await anyio.wait_all_tasks_blocked()
+    assert not a.leading
+    last_start = leases.stored[-1] - 4.5
+    assert last_start + 10.0 <= returned[0] <= last_start + 10.0 + 0.25, returned[0] - last_start
