@@ -55,9 +55,11 @@ test: lint cluster node-binaries
 	PYTHON=$(PY) hack/image-test.sh
 
 # The long fuzz runs (make test runs short seeded ones): 10,000 specs through the pure
-# path, 1,000 through the real apiserver and controller. TFJOB_FUZZ_SEED picks the seed.
+# path, 20,000 answers through the HTTP client against h11, 1,000 through the real
+# apiserver and controller. TFJOB_FUZZ_SEED picks the seed.
 fuzz: cluster
 	TFJOB_FUZZ_EXAMPLES=10000 $(PY) -m pytest -p no:cacheprovider -s tests/unit/test_fuzz.py
+	TFJOB_HTTP_FUZZ_EXAMPLES=20000 $(PY) -m pytest -p no:cacheprovider -s tests/unit/controller/test_http_fuzz.py
 	TFJOB_KEEP_CLUSTER=1 TFJOB_FUZZ_CLUSTER_EXAMPLES=1000 $(PY) -m pytest -p no:cacheprovider -s \
 		tests/cluster/test_fuzz_cluster.py
 

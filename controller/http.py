@@ -256,22 +256,23 @@ def _bad_field_line(block: bytes, where: str) -> ProtocolError:
 
 @dataclass(slots=True)
 class _Framing:
-    length: int | None = None
+    length: bytes | None = None
     chunked: bool = False
     #: the Connection tokens, lower-cased
     connection: frozenset[bytes] = frozenset()
 
 
-def _content_length(value: bytes, seen: int | None) -> int:
-    # RFC 9112 6.3: a list, or several fields, is one length only if all say the same
+def _content_length(value: bytes, seen: bytes | None) -> bytes:
+    """The digits of a Content-Length field. RFC 9112 6.3: a list, or several fields,
+    is one length only if every value is the same (the same text, as Go and h11 read it:
+    "5" and "05" are two)."""
     if _LENGTH.fullmatch(value) is None:
         values = {v.strip(b" \t") for v in value.split(b",")}
         if len(values) != 1 or _LENGTH.fullmatch(value := values.pop()) is None:
             raise ProtocolError(f"bad Content-Length: {value[:40]!r}")
-    length = int(value)
-    if seen is not None and seen != length:
-        raise ProtocolError(f"two different Content-Lengths: {seen} and {length}")
-    return length
+    if seen is not None and seen != value:
+        raise ProtocolError(f"two different Content-Lengths: {seen!r} and {value!r}")
+    return value
 
 
 def _framing(raw: bytes, start: int, where: str) -> _Framing:
@@ -310,7 +311,8 @@ def _parse_head(raw: bytes, method: str) -> _Head:
     if status < 100 or status == 101:
         raise ProtocolError(f"status {status}: not one we can take")
     framing = _framing(raw, m.start(3) - 2, "answer head")
-    length, chunked = framing.length, framing.chunked
+    length = None if framing.length is None else int(framing.length)
+    chunked = framing.chunked
     if length is not None and chunked:
         # RFC 9112 6.3: it "ought to be handled as an error"; a sign of smuggling
         raise ProtocolError("both Content-Length and Transfer-Encoding")
@@ -404,6 +406,8 @@ class Stream:
     def _failure(self, exc: BaseException) -> OSError:
         if self._timed_out:
             return TimeoutError(f"no data for {self._read_timeout:g} s")
+        if isinstance(exc, asyncio.IncompleteReadError):
+            return ProtocolError("the connection closed mid-body")
         if isinstance(exc, OSError):
             return exc
         return ProtocolError(f"{type(exc).__name__}: {exc}")
@@ -419,6 +423,7 @@ class Stream:
                     size_line = await reader.readuntil(b"\r\n")
                     m = _CHUNK_LINE.fullmatch(size_line)
                     if m is None:
+                        _forbidden(size_line[:-2], "chunk line")
                         raise ProtocolError(f"bad chunk line: {size_line[:40]!r}")
                     size = int(m[1], 16)
                     if size == 0:
