@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 
 from controller import http
 
-EXAMPLES = int(os.environ.get("TFJOB_HTTP_FUZZ_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("TFJOB_HTTP_FUZZ_EXAMPLES", "500"))
 
 CTL_BYTES = b"\x00\x01\x08\x0b\x0c\x1b\x7f"
 
@@ -329,8 +329,16 @@ def examples(draw: st.DrawFn) -> Example:
     )
     tags: set[str] = set()
     head = [draw(status_line(faults, tags))]
-    body = draw(st.binary(max_size=48) | st.sampled_from([b'{"a":1}\n{"b":2}\n', b"0\r\n\r\n"]))
+    body = draw(
+        st.binary(min_size=1, max_size=48)
+        | st.sampled_from([b"", b'{"a":1}\n{"b":2}\n', b"0\r\n\r\n"])
+    )
     framing = draw(st.sampled_from(["length"] * 4 + ["chunked"] * 4 + ["close", "both"]))
+    # a fault of one framing gets that framing, so that it is seen at all
+    if faults & {"coding", "chunk line", "chunk end", "trailers", "last chunk end"}:
+        framing = "chunked"
+    elif "length" in faults:
+        framing = "length"
     fields: list[bytes] = []
     if framing in ("length", "both"):
         fields += length_fields(draw, "length" in faults, len(body))
