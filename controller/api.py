@@ -41,6 +41,7 @@ import orjson
 import structlog
 
 from controller import credentials, errors, http
+from controller.background import committed
 from controller.clock import SystemClock
 from controller.kubeconfig import config_module, new_configuration, settle_transport
 from controller.logging import remember_secret
@@ -310,6 +311,7 @@ class KubeApi:
             if data is not None:
                 headers["Content-Type"] = content_type
             await self._bucket.acquire(priority)
+            committed()  # from here the request goes out: background work can't recall it
             try:
                 status, raw = await pool.request(
                     method, target, headers=headers, body=data, deadline=loop.time() + total

@@ -25,9 +25,12 @@ with ``begin``/``end``, so a pass belongs to the batch of the work it spawns.
   the work was pending need set no timer of their own.
 - ``drop(key)`` ends a key's bounded work that is no longer wanted (its job is gone,
   replaced, suspended or changed since the work was planned): work not started is
-  forgotten, work running is cancelled, and each runs its ``on_drop`` (which lowers the
-  expectation the work raised). Other keys' work no longer waits behind it: at 20 QPS a
-  deleted 1,000-replica job's queued creates held everyone else's for 50 s.
+  forgotten, work running but not yet ``committed`` (its request still waits for the
+  rate limit) is cancelled, and each runs its ``on_drop`` (which lowers the expectation
+  the work raised). Work whose request has gone out finishes: cancelled on the wire, a
+  create may land all the same with its answer lost. Other keys' work no longer waits
+  behind the dropped: at 20 QPS a deleted 1,000-replica job's queued creates held
+  everyone else's for 50 s.
 - ``spawn`` needs ``run()`` to be running (the Controller runs it beside its workers);
   work still running when it is cancelled (lease lost, shutdown) is cancelled with it.
 """
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -64,13 +68,32 @@ class _Batch:
     pending: int = 0
     failed: bool = False
     work: int = 0  # spawned work not finished yet
-    #: the cancel scopes of the key's bounded work running now (``drop`` cancels them)
-    running: set[anyio.CancelScope] = field(default_factory=set)
+    #: the key's bounded work running now (``drop`` cancels what has not committed)
+    running: set[_Running] = field(default_factory=set)
     #: ``drop`` cancelled work of this batch
     cancelled: bool = False
 
 
 OnDrop = Callable[[], None] | None
+
+
+@dataclass(slots=True, eq=False)
+class _Running:
+    scope: anyio.CancelScope
+    committed: bool = False
+
+
+#: The background work the current task runs, if any (``committed``).
+_current: ContextVar[_Running | None] = ContextVar("background_work", default=None)
+
+
+def committed() -> None:
+    """The calling task's background work has sent a write that cannot be recalled:
+    ``drop`` no longer cancels it. The API client calls this once a request has its
+    rate-limit token, just before it goes out."""
+    running = _current.get()
+    if running is not None:
+        running.committed = True
 
 
 @dataclass(slots=True)
@@ -165,10 +188,10 @@ class Background(Generic[K]):
         for item in self._waiting:
             (dropped if item.batch is batch else keep).append(item)
         self._waiting = keep
-        running = list(batch.running)
+        running = [r for r in batch.running if not r.committed]
         batch.cancelled = batch.cancelled or bool(running)
-        for scope in running:
-            scope.cancel()  # its runner calls on_drop once the cancel lands
+        for r in running:
+            r.scope.cancel()  # its runner calls on_drop once the cancel lands
         for item in dropped:
             _call(item.on_drop)
             self._work_ended(key, batch, failed=False, put_back=False)
@@ -207,18 +230,20 @@ class Background(Generic[K]):
     async def _run_one(self, item: _Work[K], droppable: bool) -> None:
         key, batch = item.key, item.batch
         failed = False
-        scope = anyio.CancelScope()
+        running = _Running(anyio.CancelScope())
         if droppable:
-            batch.running.add(scope)
+            batch.running.add(running)
+        token = _current.set(running)
         try:
-            with scope:
+            with running.scope:
                 await item.run()
         except Exception as exc:
             failed = True
             log.warning("background work failed", key=key, error=f"{type(exc).__name__}: {exc}")
         finally:
-            batch.running.discard(scope)
-            if scope.cancelled_caught:
+            _current.reset(token)
+            batch.running.discard(running)
+            if running.scope.cancelled_caught:
                 _call(item.on_drop)
             self._work_ended(key, batch, failed=failed, put_back=True)
 

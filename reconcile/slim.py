@@ -23,7 +23,9 @@ controller reads:
 A few cheap fields nobody reads today are kept for logs and debugging (condition
 reason and lastTransitionTime, ``lastState``, container state reasons and start times,
 ``spec.nodeName/restartPolicy``, the container names, pod ``status.message``).
-Dropped on purpose: ``managedFields``, annotations, the container specs
+Of the annotations only ``RETIRED_ANNOTATION`` is kept (``restart.py``: a pod the
+controller deleted itself). Dropped on purpose: ``managedFields``, other annotations,
+the container specs
 beyond their names, condition messages, container ``message``/``containerID``/``image``
 (a termination message alone can be 4 KB), IPs, QoS class, a service's ``spec``.
 
@@ -50,6 +52,7 @@ import sys
 from typing import Any
 
 from controller.types import JSON
+from reconcile.names import RETIRED_ANNOTATION
 
 _intern = sys.intern
 
@@ -69,6 +72,9 @@ _TERMINATED_KEYS = ("exitCode", "signal", "reason", "startedAt", "finishedAt")
 #: hundred KB and never keep a gone job's values alive for long. Sound only because
 #: cached objects are never mutated (the store's contract): a shared dict is part of
 #: many pods.
+#: What is kept of a pod's annotations when it has ours (one shared dict): the value is
+#: never read.
+_RETIRED: JSON = {RETIRED_ANNOTATION: "true"}
 _OWNERS: dict[tuple[Any, ...], list[JSON]] = {}
 _SPECS: dict[tuple[Any, ...], JSON] = {}
 _CONDITIONS: dict[tuple[Any, ...], JSON] = {}
@@ -145,6 +151,9 @@ def _metadata(meta: Any) -> JSON:
     v = get("finalizers")
     if type(v) is list and v:
         out["finalizers"] = [_intern(f) for f in v if type(f) is str]
+    v = get("annotations")
+    if type(v) is dict and RETIRED_ANNOTATION in v:
+        out["annotations"] = _RETIRED  # the one annotation read (reconcile.pods.is_retired)
     return out
 
 

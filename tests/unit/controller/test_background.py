@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from controller.background import Background
+from controller.background import Background, committed
 from controller.clock import FakeClock
 from controller.workqueue import WorkQueue
 
@@ -330,3 +330,32 @@ async def test_drop_ends_one_keys_work_and_the_others_go_on() -> None:
         assert queue.num_requeues(KEY) == 0, "a drop is no failure"
         assert background.drop(KEY) == 0
         tg.cancel_scope.cancel()
+
+
+async def test_drop_lets_work_whose_write_went_out_finish() -> None:
+    """Cancelled on the wire, a create may land with its answer lost: work that has
+    committed (its request is going out) is left to finish and report as usual."""
+    background, _ = make()
+    gate = anyio.Event()
+    dropped: list[str] = []
+    finished: list[str] = []
+
+    def work(name: str, sent: bool) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            if sent:
+                committed()
+            await gate.wait()
+            finished.append(name)
+
+        return run
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        background.spawn(KEY, work("sent", True), on_drop=lambda: dropped.append("sent"))
+        background.spawn(KEY, work("waiting", False), on_drop=lambda: dropped.append("waiting"))
+        await settle()
+        assert background.drop(KEY) == 1
+        gate.set()
+        await settle()
+        tg.cancel_scope.cancel()
+    assert dropped == ["waiting"] and finished == ["sent"]

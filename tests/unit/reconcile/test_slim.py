@@ -15,6 +15,7 @@ from controller.store import index_by_controller_uid, key_of
 from reconcile import pods as P
 from reconcile.handlers import owner_job_key
 from reconcile.labels import replica_index_of, replica_type_of
+from reconcile.names import RETIRED_ANNOTATION
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.restart import is_disrupted
 from reconcile.slim import slim_pod, slim_service
@@ -36,7 +37,9 @@ def full_pod(pod: JSON) -> JSON:
     meta = pod["metadata"]
     meta.setdefault("resourceVersion", "42")
     meta["generateName"] = meta["name"][:-1]
-    meta["annotations"] = {"kwok.x-k8s.io/node": "fake", "note": "x" * 200}
+    meta["annotations"] = {
+        **meta.get("annotations", {}), "kwok.x-k8s.io/node": "fake", "note": "x" * 200
+    }
     meta["finalizers"] = ["example.com/keep"]
     meta["managedFields"] = [
         {
@@ -353,6 +356,7 @@ def facts(pod: JSON) -> dict[str, Any]:
         "deletion_requested": P.deletion_requested_at(pod),
         "disruption_target": P.has_condition(pod, "DisruptionTarget"),
         "disrupted": is_disrupted(pod),
+        "retired": P.is_retired(pod),
         "rtype": replica_type_of(pod),
         "index": replica_index_of(pod),
         "owner_index": index_by_controller_uid(pod),
@@ -373,7 +377,13 @@ def representative_pods() -> list[JSON]:
         b(job, "Worker", 1).evicted().obj(),
         b(job, "Worker", 1).failed(code=143).disruption_target().terminating().obj(),
         b(job, "Worker", 1).running().terminating(requested=7, grace=0).obj(),
+        _retired(b(job, "Worker", 1).running().terminating().obj()),
     ]
+
+
+def _retired(pod: JSON) -> JSON:
+    pod["metadata"]["annotations"] = {RETIRED_ANNOTATION: "true"}
+    return pod
 
 
 @pytest.mark.parametrize("pod", representative_pods(), ids=lambda p: str(p["status"]))
@@ -402,6 +412,9 @@ def test_dropped_fields() -> None:
     slim = slim_pod(full)
     meta = slim["metadata"]
     assert not {"managedFields", "annotations", "generateName"} & meta.keys()
+    # of the annotations, only the controller's own mark is kept
+    retired = _retired(make_pod(job, "Worker", 0).obj())
+    assert slim_pod(full_pod(retired))["metadata"]["annotations"] == {RETIRED_ANNOTATION: "true"}
     # finalizers are kept: reconcile.tracking reads them
     assert meta["finalizers"] == ["example.com/keep"]
     assert slim["spec"] == {
