@@ -4,10 +4,11 @@
 # One Go module per binary family, so MVS never mixes their dependency graphs.
 # Prints the bin directory on the last line of stdout.
 #
-# --scheduler-plugins also builds the gang scheduler (scheduler-plugins' Coscheduling,
-# the wrapper module in hack/scheduler-plugins/) into a cache entry of its own, with
-# the module's PodGroup CRD beside it (<entry>/crds/), and prints
-# `scheduler-plugins=<entry>/bin/kube-scheduler-plugins` on the line before the bin dir.
+# --scheduler-plugins also builds the gang scheduler (scheduler-plugins' Coscheduling)
+# and its PodGroup controller, both from the wrapper module in hack/scheduler-plugins/,
+# into a cache entry of their own, with the module's PodGroup CRD beside them
+# (<entry>/crds/), and prints `scheduler-plugins=<entry>/bin/kube-scheduler-plugins` and
+# `scheduler-plugins-controller=<entry>/bin/scheduler-plugins-controller` before the bin dir.
 #
 # --upstream-operator also builds the upstream TFJob controller for the benchmark's
 # --compare upstream (kubeflow/training-operator's TFJob reconciler under the wrapper
@@ -38,14 +39,17 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# The gang scheduler: its versions come from the wrapper's go.mod, and the cache key
-# also carries a hash of the wrapper, so an edited wrapper is rebuilt.
+# The gang scheduler and its controller: their versions come from the wrapper's go.mod,
+# and the cache key also carries a hash of the wrapper (every file of it), so an edited
+# wrapper, or one that gained a binary, is built again in an entry of its own.
 SP_SRC="$HERE/scheduler-plugins"
 SP_VERSION=$(sed -n 's|^[[:space:]]*sigs\.k8s\.io/scheduler-plugins \(v[^[:space:]]*\).*|\1|p' "$SP_SRC/go.mod" | head -1)
 SP_K8S_VERSION=$(sed -n 's|^[[:space:]]*k8s\.io/kubernetes => k8s\.io/kubernetes \(v[^[:space:]]*\).*|\1|p' "$SP_SRC/go.mod")
-SP_HASH=$(cat "$SP_SRC/go.mod" "$SP_SRC/go.sum" "$SP_SRC/main.go" | sha256sum | cut -c1-12)
+SP_HASH=$(cd "$SP_SRC" && find . -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) \
+  | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-12)
 SP_DIR="$CACHE_ROOT/scheduler-plugins-${SP_VERSION}_k8s-${SP_K8S_VERSION}_${SP_HASH}"
 SP_BIN="$SP_DIR/bin/kube-scheduler-plugins"
+SP_CTRL_BIN="$SP_DIR/bin/scheduler-plugins-controller"
 SP_CRD="$SP_DIR/crds/scheduling.x-k8s.io_podgroups.yaml"
 
 # The upstream TFJob controller: keyed the same way (its version and the wrapper's hash).
@@ -56,7 +60,10 @@ UP_BIN="$CACHE_ROOT/training-operator-${UP_VERSION}_${UP_HASH}/bin/tfjob-upstrea
 
 # What the caller reads: the extra binaries asked for, then the bin dir.
 emit() {
-  if (( WITH_SP )); then echo "scheduler-plugins=$SP_BIN"; fi
+  if (( WITH_SP )); then
+    echo "scheduler-plugins=$SP_BIN"
+    echo "scheduler-plugins-controller=$SP_CTRL_BIN"
+  fi
   if (( WITH_UP )); then echo "upstream-operator=$UP_BIN"; fi
   echo "$BIN"
 }
@@ -75,11 +82,12 @@ if [[ -x "$BIN/kwok" && "$(cat "$BIN/kwok.patch" 2>/dev/null)" != "$KWOK_PATCH_H
 fi
 [[ -f "$STAGES/pod-ready.yaml" ]] || missing+=(kwok-stages)
 if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then missing+=(kube-scheduler-plugins); fi
+if (( WITH_SP )) && [[ ! -x "$SP_CTRL_BIN" ]]; then missing+=(scheduler-plugins-controller); fi
 if (( WITH_SP )) && [[ ! -f "$SP_CRD" ]]; then missing+=(podgroup-crd); fi
 if (( WITH_UP )) && [[ ! -x "$UP_BIN" ]]; then missing+=(tfjob-upstream-operator); fi
 if [[ ${#missing[@]} -eq 0 ]]; then
   log "cached: $BIN"
-  if (( WITH_SP )); then log "cached: $SP_BIN"; fi
+  if (( WITH_SP )); then log "cached: $SP_BIN"; log "cached: $SP_CTRL_BIN"; fi
   if (( WITH_UP )); then log "cached: $UP_BIN"; fi
   emit
   exit 0
@@ -221,6 +229,16 @@ if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then
   with_heartbeat "kube-scheduler-plugins" \
     go build -trimpath -pgo=off -ldflags "$ld" -o "$SP_BIN.tmp" .
   mv "$SP_BIN.tmp" "$SP_BIN"
+fi
+# Its PodGroup controller (a controller-runtime manager running the module's PodGroup
+# reconciler, hack/scheduler-plugins/controller/), from the same module and go.sum.
+if (( WITH_SP )) && [[ ! -x "$SP_CTRL_BIN" ]]; then
+  mkdir -p "$(dirname "$SP_CTRL_BIN")"
+  cd "$SP_SRC"
+  log "scheduler-plugins $SP_VERSION PodGroup controller: building"
+  with_heartbeat "scheduler-plugins-controller" \
+    go build -trimpath -pgo=off -ldflags "-s -w" -o "$SP_CTRL_BIN.tmp" ./controller
+  mv "$SP_CTRL_BIN.tmp" "$SP_CTRL_BIN"
 fi
 # The PodGroup CRD from the module: manifests/coscheduling/crd.yaml is the real file
 # (manifests/crds/ holds a symlink to it, and module zips leave symlinks out).

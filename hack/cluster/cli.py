@@ -19,6 +19,8 @@ from hack.cluster.api import Api
 from hack.cluster.components import (
     COMPONENT_PORTS,
     COMPONENTS,
+    CONTROLLER_BIN,
+    HEALTH_SCHEME,
     build_binaries,
     cluster_components,
     component_argv,
@@ -108,14 +110,15 @@ def _gang_crds(state: dict[str, Any]) -> list[Path]:
 
 def _wait_healthy(name: str, state: dict[str, Any], pid: int) -> None:
     port = state["ports"][COMPONENT_PORTS[name][0]]
-    wait_for(name, lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), 60, [pid])
+    url = f"{HEALTH_SCHEME.get(name, 'https')}://127.0.0.1:{port}/healthz"
+    wait_for(name, lambda: http_ok(url), 60, [pid])
 
 
 def _add_gang(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api) -> None:
     """Give a running cluster the gang scheduler: the PodGroup CRD, KCM restarted (its
     garbage collector would otherwise see the new resource only at its next 30 s
-    discovery resync), then the scheduler."""
-    _, sp_bin = build_binaries(with_gang=True)
+    discovery resync), then the scheduler and its PodGroup controller."""
+    _, sp_bin, ctrl_bin = build_binaries(with_gang=True)
     state["gang"] = gang.COMPONENT
     state["scheduler_plugins_bin"] = str(sp_bin)
     state["ports"]["scheduler_plugins"] = free_port()
@@ -127,6 +130,24 @@ def _add_gang(d: Path, state: dict[str, Any], opts: argparse.Namespace, api: Api
     save_state(d, state)
     _wait_healthy(gang.COMPONENT, state, pid)
     log(f"added {gang.COMPONENT} (pid {pid}) to the running cluster")
+    _add_gang_controller(d, state, opts, ctrl_bin)
+
+
+def _add_gang_controller(
+    d: Path, state: dict[str, Any], opts: argparse.Namespace, binary: Path | None = None
+) -> None:
+    """Start the PodGroup controller in a running gang cluster that lacks it (one
+    started before it was part of the gang lane, or by _add_gang)."""
+    if binary is None:
+        _, _, binary = build_binaries(with_gang=True)
+    state[CONTROLLER_BIN] = str(binary)
+    state["ports"]["scheduler_plugins_controller"] = free_port()
+    save_state(d, state)
+    pid = _start(d, gang.CONTROLLER, state, opts)
+    state["pids"][gang.CONTROLLER] = pid
+    save_state(d, state)
+    _wait_healthy(gang.CONTROLLER, state, pid)
+    log(f"added {gang.CONTROLLER} (pid {pid}) to the running cluster")
 
 
 def kwok_nodes(api: Api, opts: argparse.Namespace, kwok_pid: int) -> None:
@@ -171,6 +192,8 @@ def cmd_up(opts: argparse.Namespace) -> int:
                 _add_gang(d, state, opts, api)  # installs the CRDs too
             else:
                 install_crds(api, _gang_crds(state))
+                if state.get("gang") == gang.COMPONENT and CONTROLLER_BIN not in state:
+                    _add_gang_controller(d, state, opts)
             if opts.volcano_crd:
                 install_volcano_crd(api)
             if opts.real_node and "real_node" not in state:
@@ -199,14 +222,14 @@ def _port_clash(d: Path) -> bool:
 
 
 def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) -> int:
-    bins, sp_bin = build_binaries(with_gang=want_gang)
+    bins, sp_bin, ctrl_bin = build_binaries(with_gang=want_gang)
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
     make_pki(d / "pki")
     port_names = ["etcd", "etcd_peer", "apiserver", "kcm", "scheduler"]
     if want_gang:
-        port_names.append("scheduler_plugins")
+        port_names += ["scheduler_plugins", "scheduler_plugins_controller"]
     ports = {k: free_port() for k in port_names}
     write_kubeconfig(d, ports["apiserver"])
     state = {
@@ -219,6 +242,7 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
     if want_gang:
         state["gang"] = gang.COMPONENT
         state["scheduler_plugins_bin"] = str(sp_bin)
+        state[CONTROLLER_BIN] = str(ctrl_bin)
     if opts.real_node:
         node.prepare(state)
     save_state(d, state)
@@ -235,7 +259,7 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
         if opts.volcano_crd:
             install_volcano_crd(api)
         for name in cluster_components(state):
-            if name in ("kube-controller-manager", "kube-scheduler", gang.COMPONENT):
+            if name in ("kube-controller-manager", "kube-scheduler", *gang.COMPONENTS):
                 _wait_healthy(name, state, launch(name))
         pid = launch("kwok")
         kwok_nodes(api, opts, pid)
@@ -401,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=["none", *gang.GANG_SCHEDULERS],
         default="none",
         help="also run a gang scheduler: scheduler-plugins' Coscheduling as a second "
-        f"scheduler (schedulerName {gang.SCHEDULER_NAME}), with its PodGroup CRD",
+        f"scheduler (schedulerName {gang.SCHEDULER_NAME}), with its PodGroup CRD and "
+        "PodGroup controller",
     )
     p.add_argument(
         "--volcano-crd",

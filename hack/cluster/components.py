@@ -11,14 +11,16 @@ from typing import Any
 from hack.cluster import gang, node
 from hack.cluster.host import REPO
 
-#: In start order; `down` stops them in reverse. The gang scheduler runs only in a
-#: cluster started with `--gang scheduler-plugins` (see cluster_components).
+#: In start order; `down` stops them in reverse. The gang scheduler and its PodGroup
+#: controller run only in a cluster started with `--gang scheduler-plugins` (see
+#: cluster_components).
 COMPONENTS = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
     gang.COMPONENT,
+    gang.CONTROLLER,
     "kwok",
     *node.COMPONENTS,
 ]
@@ -29,7 +31,13 @@ COMPONENT_PORTS = {
     "kube-controller-manager": ["kcm"],
     "kube-scheduler": ["scheduler"],
     gang.COMPONENT: ["scheduler_plugins"],
+    gang.CONTROLLER: ["scheduler_plugins_controller"],
 }
+#: Where each component that `up` waits for answers /healthz (the others: https).
+HEALTH_SCHEME = {gang.CONTROLLER: "http"}
+#: state's key for the PodGroup controller's binary. A gang cluster started before the
+#: controller was part of it has none, and gets the controller at its next `up`.
+CONTROLLER_BIN = "scheduler_plugins_controller_bin"
 
 
 def cluster_components(state: dict[str, Any]) -> list[str]:
@@ -38,12 +46,14 @@ def cluster_components(state: dict[str, Any]) -> list[str]:
         c
         for c in COMPONENTS
         if (c != gang.COMPONENT or state.get("gang") == gang.COMPONENT)
+        and (c != gang.CONTROLLER or CONTROLLER_BIN in state)
         and (c not in node.COMPONENTS or "real_node" in state)
     ]
 
 
-def build_binaries(with_gang: bool = False) -> tuple[Path, Path | None]:
-    """The bin directory, and the gang scheduler's binary when asked for."""
+def build_binaries(with_gang: bool = False) -> tuple[Path, Path | None, Path | None]:
+    """The bin directory, and the gang scheduler's and its PodGroup controller's
+    binaries when asked for."""
     out = subprocess.run(
         ["bash", str(REPO / "hack" / "build-binaries.sh")]
         + (["--scheduler-plugins"] if with_gang else []),
@@ -52,8 +62,9 @@ def build_binaries(with_gang: bool = False) -> tuple[Path, Path | None]:
         text=True,
     )
     lines = out.stdout.strip().splitlines()
-    sp = [ln.split("=", 1)[1] for ln in lines if ln.startswith("scheduler-plugins=")]
-    return Path(lines[-1]), Path(sp[0]) if sp else None
+    extra = dict(ln.split("=", 1) for ln in lines[:-1] if "=" in ln)
+    sp, ctrl = extra.get("scheduler-plugins"), extra.get("scheduler-plugins-controller")
+    return Path(lines[-1]), Path(sp) if sp else None, Path(ctrl) if ctrl else None
 
 
 def kwok_stage_files(bins: Path) -> list[Path]:
@@ -204,6 +215,9 @@ def component_argv(
         sched.write_text(gang.scheduler_config(kubeconfig))
         binary = Path(state["scheduler_plugins_bin"])
         return _scheduler_argv(binary, sched, kubeconfig, ports["scheduler_plugins"])
+    if name == gang.CONTROLLER:
+        binary = Path(state[CONTROLLER_BIN])
+        return gang.controller_argv(binary, kubeconfig, ports["scheduler_plugins_controller"])
     if name == "kwok":
         argv = [
             str(bins / "kwok"),

@@ -1,10 +1,19 @@
 """Gang scheduling in the local cluster: scheduler-plugins' Coscheduling plugin, run as
-a second scheduler process beside kube-scheduler (`up --gang scheduler-plugins`).
+a second scheduler process beside kube-scheduler (`up --gang scheduler-plugins`), and
+scheduler-plugins' PodGroup controller beside it, as a full install runs them.
 
 Pods that set `schedulerName: scheduler-plugins-scheduler` and carry the label
 `scheduling.x-k8s.io/pod-group: <PodGroup name>` are bound all together or not at all:
 Permit holds a group's pods until `minMember` of them fit, for at most
 PERMIT_WAITING_TIME_SECONDS, then lets them all bind or rejects them all.
+
+The controller keeps each PodGroup's status (phase; running, succeeded and failed
+counts) as its pods and its spec change. Coscheduling tries a gang it turned down again
+only when a PodGroup is added or updated or a pod is added (its EventsToRegister), not
+when a node comes or room frees up. The controller's status writes are such updates:
+when a group's minMember is lowered, when another group's pods finish. Without them
+such a gang could wait for the scheduler's periodic flush of unschedulable pods (5
+minutes).
 """
 
 from __future__ import annotations
@@ -14,6 +23,11 @@ from pathlib import Path
 GANG_SCHEDULERS = ("scheduler-plugins",)
 #: The component name (logs/scheduler-plugins.log, `restart scheduler-plugins`).
 COMPONENT = "scheduler-plugins"
+#: scheduler-plugins' PodGroup controller (logs/scheduler-plugins-controller.log,
+#: `restart scheduler-plugins-controller`), built beside the scheduler.
+CONTROLLER = "scheduler-plugins-controller"
+#: What `up --gang scheduler-plugins` runs, in start order.
+COMPONENTS = (COMPONENT, CONTROLLER)
 #: The profile's schedulerName, which pods of a gang set.
 SCHEDULER_NAME = "scheduler-plugins-scheduler"
 #: How long Permit holds a group's assumed pods waiting for the rest (upstream: 60 s).
@@ -44,3 +58,19 @@ def scheduler_config(kubeconfig: str) -> str:
         "  - name: Coscheduling\n"
         f"    args: {{permitWaitingTimeSeconds: {PERMIT_WAITING_TIME_SECONDS}}}\n"
     )
+
+
+def controller_argv(binary: Path, kubeconfig: str, port: int) -> list[str]:
+    """The PodGroup controller (hack/scheduler-plugins/controller/): no leader election
+    (one replica), health on `port` over plain HTTP, no metrics server. Upstream's
+    client limits (5/10) would throttle a benchmark's thousand PodGroups; the local
+    cluster's other components get 1000/2000 too."""
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--health-probe-bind-address=127.0.0.1:{port}",
+        "--metrics-bind-address=0",
+        "--kube-api-qps=1000",
+        "--kube-api-burst=2000",
+        "--v=1",
+    ]

@@ -35,7 +35,7 @@ def status_report(d: Path) -> tuple[bool, list[str]]:
         pid = state["pids"].get(name)
         alive = bool(pid) and pid_alive(pid)
         all_up &= alive
-        lines.append(f"{name:24s} pid {pid}  {'running' if alive else 'STOPPED'}")
+        lines.append(f"{name:28s} pid {pid}  {'running' if alive else 'STOPPED'}")
     api = Api(d, state["ports"]["apiserver"])
     ready = api.ready()
     all_up &= ready

@@ -6,12 +6,6 @@ Each test runs a controller of its own with `--gang-scheduler-name`, for its nam
 only, while the session's controller (no gang scheduling) is stopped; the jobs' pods
 land only on the test's own kwok nodes (GangNodes: a label they select, a taint they
 tolerate), 2 CPUs each.
-
-Coscheduling retries a gang it turned down when a pod or a PodGroup is added or
-updated, not when a node is added (its EventsToRegister); in a full install,
-scheduler-plugins' own controller updates the PodGroup's status as pods come and go.
-That controller is not run here, so after adding a node a test touches the PodGroup
-(`wake`) as it would.
 """
 
 from __future__ import annotations
@@ -39,7 +33,8 @@ from tests.cluster.test_gang_scheduler import (
     GangNodes,
     gang,
     hold,
-    wake,
+    make_gang,
+    pod_group_status,
 )
 from tests.conftest import Cluster
 
@@ -143,10 +138,15 @@ def finish(kube: Kube, ns: str, name: str) -> dict[str, Any]:
 def test_a_gang_that_does_not_fit_binds_nothing_until_it_does(
     cluster: Cluster, kube: Kube, namespace: str, env: GangEnv
 ) -> None:
+    """8 workers of 1 CPU with minAvailable 8 on 8 CPUs of which another group's pods
+    hold 2: none binds while they run; all 8 together once they finish, woken by the
+    PodGroup controller's status update of the finished group (no nudge)."""
     ns, pool = namespace, env.pool
-    for _ in range(3):
-        pool.add()  # 6 CPUs: room for 6 of the 8
+    for _ in range(4):
+        pool.add()  # 8 CPUs
     with Binds(cluster, ns) as binds:
+        make_gang(kube, pool, ns, "blocker", min_member=2, pods=2)
+        wait_for(lambda: binds.count() == 2, 30, "the blocker bound")
         kube.create_tfjob(ns, gang_job("big", pool, 8, min_available=8))
         pg = wait_for(lambda: podgroup(kube, ns, "big"), 20, "the PodGroup")
         assert pg["spec"]["minMember"] == 8 and pg["spec"]["minResources"] == {"cpu": "8"}
@@ -157,16 +157,25 @@ def test_a_gang_that_does_not_fit_binds_nothing_until_it_does(
             assert pod["spec"]["schedulerName"] == PLUGINS
             assert pod["metadata"]["labels"][gang.POD_GROUP_LABEL] == "big"
         # nothing bound through the Permit wait and past it, watched all the while
-        hold(binds, gang.PERMIT_WAITING_TIME_SECONDS + MARGIN, expected=0)
+        hold(binds, gang.PERMIT_WAITING_TIME_SECONDS + MARGIN, expected=2)
         job = kube.tfjob(ns, "big")
         assert condition(job, "Running") is None
-        pool.add()
         t0 = time.monotonic()
-        wake(kube, ns, "big")
-        wait_for(lambda: binds.count() == 8, 60, "all 8 bound")
+        for i in range(2):
+            kube.exit_pod(ns, f"blocker-{i}", 0, container=None)
+        wait_for(lambda: bound(kube, ns, "big") == 8, 60, "all 8 bound")
         wait_job(kube, ns, "big", "Running", timeout=30)
-        print(f"all 8 bound and the job Running {time.monotonic() - t0:.1f}s after the 4th node")
-        assert binds.burst() < gang.PERMIT_WAITING_TIME_SECONDS, binds.bound
+        print(f"all 8 bound and the job Running {time.monotonic() - t0:.1f}s after the room")
+        big = [t for name, t in binds.bound.items() if name.startswith("big-")]
+        assert max(big) - min(big) < gang.PERMIT_WAITING_TIME_SECONDS, binds.bound
+        wait_for(
+            lambda: (
+                pod_group_status(kube, ns, "big")
+                == {"phase": "Running", "running": 8, "occupiedBy": f"{ns}/big"}
+            ),
+            30,
+            "the PodGroup's status: Running, 8 running",
+        )
     done = finish(kube, ns, "big")
     assert condition(done, "Succeeded") is not None
     # finished: the PodGroup goes, once
@@ -209,10 +218,23 @@ def test_two_gangs_that_do_not_fit_together_run_one_after_the_other(
         # the other waits whole: none of its pods bound, through the Permit wait
         hold(binds, gang.PERMIT_WAITING_TIME_SECONDS + MARGIN, expected=4)
         assert bound(kube, ns, other) == 0
-        finish(kube, ns, one)  # cleanPodPolicy All: its pods go and free the room
-        wait_for(lambda: not job_pods(kube, ns, one), 30, f"{one}'s pods gone")
-        wake(kube, ns, other)
+        # Its workers 1-3 finish first, as workers may before worker 0 decides: their
+        # room frees, and the PodGroup controller's update of the group's status (3
+        # succeeded) is what has Coscheduling try the other again. Finishing worker 0
+        # first would end the job, and the job's PodGroup can go before its pods do, so
+        # no status update would follow the room.
+        for i in range(1, 4):
+            kube.exit_pod(ns, f"{one}-worker-{i}", 0)
         wait_for(lambda: bound(kube, ns, other) == 4, 60, f"{other} bound")
+        wait_for(
+            lambda: (
+                pod_group_status(kube, ns, one)
+                == {"phase": "Running", "running": 1, "succeeded": 3, "occupiedBy": f"{ns}/{one}"}
+            ),
+            30,
+            f"{one}'s PodGroup status: 1 running, 3 succeeded",
+        )
+        finish(kube, ns, one)
     assert condition(finish(kube, ns, other), "Succeeded") is not None
 
 
@@ -234,10 +256,6 @@ def test_an_unschedulable_min_available_waits_then_runs_once_lowered(
         )
         wait_for(lambda: podgroup(kube, ns, "lone")["spec"]["minMember"] == 1, 20,  # type: ignore[index]
                  "the PodGroup updated")  # fmt: skip
-        # Coscheduling reads PodGroups from a cache of its own, which can lag the event
-        # that woke the pod: the retry still saw minMember 10. The pod group controller
-        # of a full install updates the group's status soon after; the test does.
-        wake(kube, ns, "lone")
         wait_for(lambda: binds.count() == 1, 60, "bound")
     wait_job(kube, ns, "lone", "Running", timeout=30)
     assert condition(finish(kube, ns, "lone"), "Succeeded") is not None

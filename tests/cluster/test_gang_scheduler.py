@@ -1,6 +1,7 @@
-"""The local cluster's gang scheduler on its own, no controller involved: scheduler-plugins'
-Coscheduling (`hack/cluster.sh up --gang scheduler-plugins`) binds a PodGroup's pods all
-together or not at all, and the Volcano PodGroup CRD comes and goes at run time.
+"""The local cluster's gang scheduler on its own, no TFJob controller involved:
+scheduler-plugins' Coscheduling (`hack/cluster.sh up --gang scheduler-plugins`) binds a
+PodGroup's pods all together or not at all, its PodGroup controller keeps their status,
+and the Volcano PodGroup CRD comes and goes at run time.
 
 Each test makes kwok nodes of its own (cpu 2 each) with a label its pods select and a
 NoSchedule taint only its pods tolerate, so no other test's pods land there and its pods
@@ -151,20 +152,6 @@ def make_gang(
         kube.req("POST", f"/api/v1/namespaces/{ns}/pods", nodes.pod(f"{group}-{i}", group))
 
 
-def wake(kube: Kube, ns: str, group: str) -> None:
-    """Have the scheduler retry a gang it turned down. Coscheduling asks for a retry only
-    on a new pod (anywhere) or a PodGroup added or updated (its EventsToRegister), not on
-    a new node; otherwise the retry waits for the scheduler's periodic flush of
-    unschedulable pods (5 minutes). A PodGroup update is what scheduler-plugins' own
-    controller would make as the group's status changes."""
-    kube.req(
-        "PATCH",
-        f"{PODGROUPS.format(ns=ns)}/{group}",
-        {"metadata": {"annotations": {"tfjob-test/wake": str(time.time())}}},
-        ctype="application/merge-patch+json",
-    )
-
-
 def unschedulable(kube: Kube, ns: str) -> list[str]:
     """Pods the scheduler has tried and turned down (PodScheduled False)."""
     return [
@@ -193,36 +180,61 @@ def hold(binds: Binds, seconds: float, expected: int) -> None:
 def test_gang_binds_all_or_nothing(
     cluster: Cluster, kube: Kube, namespace: str, nodes: GangNodes
 ) -> None:
-    for _ in range(3):
-        nodes.add()  # 6 cpu: room for 6 of the 8 pods
+    """8 pods of minMember 8 where a finished group's pods held 2 of 8 CPUs: nothing
+    binds while they run, all 8 together once they finish. Nothing nudges the scheduler:
+    scheduler-plugins' PodGroup controller records the finished group's status, and
+    that PodGroup update is what makes Coscheduling try the waiting gang again."""
+    for _ in range(4):
+        nodes.add()  # 8 cpu
     with Binds(cluster, namespace) as binds:
+        make_gang(kube, nodes, namespace, "blocker", min_member=2, pods=2)
+        wait_for(lambda: running(kube, namespace) == 2, 30, "the blocker's 2 pods Running")
         make_gang(kube, nodes, namespace, "gang", min_member=8, pods=8)
         # The scheduler has tried every pod (so the wait below is not vacuous), and no
         # pod is bound through the Permit timeout and past it: 6 fit, 8 are needed.
         wait_for(lambda: len(unschedulable(kube, namespace)) == 8, 30, "8 pods tried")
-        hold(binds, gang.PERMIT_WAITING_TIME_SECONDS + MARGIN, expected=0)
-        assert not [
-            p
-            for p in kube.req("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
-            if p["spec"].get("nodeName")
-        ]
-        # Room for all 8: they bind together, in one burst, and kwok runs them.
+        hold(binds, gang.PERMIT_WAITING_TIME_SECONDS + MARGIN, expected=2)
+        assert pod_group_status(kube, namespace, "gang").get("running", 0) == 0
+        # Room for all 8 once the blocker's pods finish: they bind together, in one burst.
         t0 = time.monotonic()
-        nodes.add()
-        wake(kube, namespace, "gang")
-        wait_for(lambda: binds.count() == 8, 60, "all 8 pods bound")
+        for i in range(2):
+            kube.exit_pod(namespace, f"blocker-{i}", 0, container=None)
+        wait_for(lambda: binds.count() == 10, 60, "all 8 pods bound")
         bound_after = time.monotonic() - t0
-        wait_for(lambda: running(kube, namespace) == 8, 30, "all 8 pods Running")
-        assert binds.burst() < gang.PERMIT_WAITING_TIME_SECONDS, binds.bound
-    print(f"all 8 bound {bound_after:.1f}s after the 4th node, within {binds.burst():.2f}s")
+        gang_binds = {k: v for k, v in binds.bound.items() if k.startswith("gang-")}
+        assert max(gang_binds.values()) - min(gang_binds.values()) < (
+            gang.PERMIT_WAITING_TIME_SECONDS
+        ), gang_binds
+
+    def status_is(group: str, **want: Any) -> bool:
+        status = pod_group_status(kube, namespace, group)
+        return all(status.get(k) == v for k, v in want.items())
+
+    # the status a full install keeps: the finished group and the running one
+    wait_for(lambda: status_is("blocker", phase="Finished", succeeded=2), 20,
+             "the blocker's PodGroup Finished")  # fmt: skip
+    wait_for(lambda: status_is("gang", phase="Running", running=8), 30,
+             "the gang's PodGroup Running, 8 running")  # fmt: skip
+    print(f"all 8 bound {bound_after:.1f}s after the blocker finished")
+
+
+def pod_group_status(kube: Kube, ns: str, group: str) -> dict[str, Any]:
+    """What scheduler-plugins' PodGroup controller has written (scheduleStartTime left
+    out: a timestamp)."""
+    pg = kube.req("GET", f"{PODGROUPS.format(ns=ns)}/{group}") or {}
+    status = dict(pg.get("status") or {})
+    status.pop("scheduleStartTime", None)
+    return status
 
 
 def test_gang_below_capacity_binds_min_member(
     cluster: Cluster, kube: Kube, namespace: str, nodes: GangNodes
 ) -> None:
-    """Control: minMember 6 of 8 pods on room for 6 binds exactly 6. The scheduler is
-    restarted first, so this also checks `hack/cluster.sh restart scheduler-plugins`."""
+    """Control: minMember 6 of 8 pods on room for 6 binds exactly 6. The scheduler and
+    its PodGroup controller are restarted first, so this also checks `hack/cluster.sh
+    restart` of each (the controller's status then says 6 running)."""
     cluster.restart(gang.COMPONENT)
+    cluster.restart(gang.CONTROLLER)
     for _ in range(3):
         nodes.add()
     with Binds(cluster, namespace) as binds:
@@ -231,6 +243,8 @@ def test_gang_below_capacity_binds_min_member(
         hold(binds, gang.PERMIT_WAITING_TIME_SECONDS + 1, expected=6)
         assert binds.burst() < gang.PERMIT_WAITING_TIME_SECONDS, binds.bound
     wait_for(lambda: running(kube, namespace) == 6, 30, "6 pods Running")
+    wait_for(lambda: pod_group_status(kube, namespace, "gang") == {"phase": "Running", "running": 6},
+             30, "the PodGroup Running, 6 running")  # fmt: skip
 
 
 def test_volcano_crd_installed_and_removed_at_run_time(

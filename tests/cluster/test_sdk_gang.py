@@ -1,0 +1,208 @@
+"""The kubeflow-training SDK's own gang scheduling e2e test (training-operator v1.9,
+sdk/python/test/e2e/test_e2e_tfjob.py `test_sdk_e2e_with_gang_scheduling`, run there
+with GANG_SCHEDULER_NAME=scheduler-plugins), ported to run unchanged against our
+controller and the local cluster's scheduler-plugins: the same job, the same SDK calls,
+the same checks.
+
+A job of one worker asks for minAvailable 10, so its PodGroup can never be satisfied: it
+must stay Created. Then minAvailable is lowered to 1 and it must run to Succeeded.
+Coscheduling looks at the pod again only on a PodGroup update. The spec change is one,
+but the retry it starts reads the PodGroup from Coscheduling's own cache, which may not
+have the new minMember yet; then the pod waits for the scheduler's flush of
+unschedulable pods, 5 minutes. The PodGroup controller (hack/cluster.sh runs
+scheduler-plugins' own beside the scheduler) makes a second update once the group can
+leave Pending, after that cache has the spec: the whole test must finish within
+DEADLINE.
+
+What differs, and why: kwok runs the pods, so a thread stands in for the training
+container and has worker 0 exit 0 once it runs; the SDK polls every second, not every 15
+(a poll period would otherwise be most of the time measured); its three 5 s sleeps
+watch the pods instead, to see nothing bound meanwhile; its image has no registry host;
+and its final print_job_results is left out (it reads container logs, which kwok has
+not).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from kubeflow.training import (
+    KubeflowOrgV1ReplicaSpec,
+    KubeflowOrgV1RunPolicy,
+    KubeflowOrgV1SchedulingPolicy,
+    KubeflowOrgV1TFJob,
+    KubeflowOrgV1TFJobSpec,
+    TrainingClient,
+)
+from kubeflow.training.constants import constants
+from kubernetes.client import (
+    V1Container,
+    V1ObjectMeta,
+    V1PodSpec,
+    V1PodTemplateSpec,
+    V1ResourceRequirements,
+)
+
+from tests.cluster.kube import ControllerProcess, Kube, wait_for, wait_namespaces_gone
+from tests.cluster.test_gang_scheduler import Binds, gang, hold
+from tests.conftest import Cluster
+
+#: needs the local cluster's gang scheduler and kwok pods
+pytestmark = pytest.mark.local_only
+
+JOB_NAME = "tfjob-mnist-ci-test"
+CONTAINER_NAME = "tensorflow"
+#: Seconds the whole test may take, from the first create to the job's Succeeded.
+DEADLINE = 60.0
+
+
+@pytest.fixture
+def gang_controller(
+    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str
+) -> Iterator[ControllerProcess]:
+    """Our controller as the SDK's e2e runs training-operator: with gang scheduling for
+    scheduler-plugins (here for the test's namespace only, while the session's
+    controller is stopped), and the session's controller back afterwards."""
+    wait_namespaces_gone(kube)
+    controller.stop()
+    gc = ControllerProcess(
+        cluster,
+        f"--gang-scheduler-name={gang.SCHEDULER_NAME}",
+        f"--namespace={namespace}",
+        log_name="sdk-gang",
+    )
+    try:
+        gc.start()
+        yield gc
+        assert gc.proc is not None and gc.proc.poll() is None, "the gang controller exited"
+    finally:
+        kube.req("DELETE", kube.tfjobs(namespace))
+        wait_for(lambda: not kube.pods(namespace), 60, "the job's pods gone")
+        code = gc.stop()
+        controller.start()
+    assert code == 0
+
+
+def generate_container() -> V1Container:
+    return V1Container(
+        name=CONTAINER_NAME,
+        image="kubeflow-ci/tf-mnist-with-summaries:1.0",
+        command=[
+            "python",
+            "/var/tf_mnist/mnist_with_summaries.py",
+            "--log_dir=/train/logs",
+            "--learning_rate=0.01",
+            "--batch_size=150",
+        ],
+        resources=V1ResourceRequirements(limits={"memory": "4Gi", "cpu": "1.6"}),
+    )
+
+
+def generate_tfjob(
+    job_namespace: str,
+    worker: KubeflowOrgV1ReplicaSpec,
+    scheduling_policy: KubeflowOrgV1SchedulingPolicy | None = None,
+) -> KubeflowOrgV1TFJob:
+    return KubeflowOrgV1TFJob(
+        api_version=constants.API_VERSION,
+        kind=constants.TFJOB_KIND,
+        metadata=V1ObjectMeta(name=JOB_NAME, namespace=job_namespace),
+        spec=KubeflowOrgV1TFJobSpec(
+            run_policy=KubeflowOrgV1RunPolicy(
+                clean_pod_policy="None",
+                scheduling_policy=scheduling_policy,
+            ),
+            tf_replica_specs={"Worker": worker},
+        ),
+    )
+
+
+def verify_unschedulable_job_e2e(
+    client: TrainingClient, name: str, namespace: str, binds: Binds
+) -> None:
+    """The SDK's check: Created, and three times 5 s apart still Created and not
+    Running; here with the pods watched through those 15 s (none may bind) and the job
+    read afresh at each look."""
+    client.wait_for_job_conditions(
+        name, namespace, expected_conditions={constants.JOB_CONDITION_CREATED}, polling_interval=1
+    )
+    for _ in range(3):
+        job = client.get_job(name, namespace)
+        assert client.is_job_created(job=job) and not client.is_job_running(job=job), (
+            f"{client.job_kind} should be in Created condition and not in Running"
+        )
+        hold(binds, 5, expected=0)
+
+
+def verify_job_e2e(client: TrainingClient, name: str, namespace: str, wait_timeout: int) -> None:
+    job = client.wait_for_job_conditions(
+        name, namespace, wait_timeout=wait_timeout, polling_interval=1
+    )
+    conditions = client.get_job_conditions(job=job)
+    # If Job is complete fast, it has 2 conditions: Created and Succeeded.
+    assert len(conditions) >= 2, f"{client.job_kind} conditions are invalid: {conditions}"
+    assert (
+        client.is_job_created(job=job)
+        and client.is_job_succeeded(job=job)
+        and not client.is_job_running(job=job)
+        and not client.is_job_restarting(job=job)
+        and not client.is_job_failed(job=job)
+    ), f"{client.job_kind} should be Succeeded and Created only: {conditions}"
+
+
+def test_sdk_e2e_with_gang_scheduling(
+    cluster: Cluster, kube: Kube, namespace: str, gang_controller: ControllerProcess
+) -> None:
+    client = TrainingClient(
+        config_file=cluster.kubeconfig, namespace=namespace, job_kind=constants.TFJOB_KIND
+    )
+    job_namespace = namespace
+    container = generate_container()
+    worker = KubeflowOrgV1ReplicaSpec(
+        replicas=1,
+        restart_policy="Never",
+        template=V1PodTemplateSpec(
+            metadata=V1ObjectMeta(annotations={constants.ISTIO_SIDECAR_INJECTION: "false"}),
+            spec=V1PodSpec(containers=[container], scheduler_name=gang.SCHEDULER_NAME),
+        ),
+    )
+    unschedulable_tfjob = generate_tfjob(
+        job_namespace, worker, KubeflowOrgV1SchedulingPolicy(min_available=10)
+    )
+    schedulable_tfjob = generate_tfjob(
+        job_namespace, worker, KubeflowOrgV1SchedulingPolicy(min_available=1)
+    )
+
+    t0 = time.monotonic()
+    with Binds(cluster, namespace) as binds:
+        client.create_job(job=unschedulable_tfjob, namespace=job_namespace)
+        verify_unschedulable_job_e2e(client, JOB_NAME, job_namespace, binds)
+
+        client.update_job(schedulable_tfjob, JOB_NAME, job_namespace)
+
+        def finish_master() -> None:
+            # kwok's pod stands in for training: worker 0 (the master role without a
+            # Chief) exits 0 once it runs
+            wait_for(
+                lambda: [
+                    p
+                    for p in kube.pods(namespace, JOB_NAME)
+                    if p["status"].get("phase") == "Running"
+                ],
+                DEADLINE,
+                "the worker Running",
+            )
+            kube.exit_pod(namespace, f"{JOB_NAME}-worker-0", 0)
+
+        finisher = threading.Thread(target=finish_master, daemon=True)
+        finisher.start()
+        remaining = DEADLINE - (time.monotonic() - t0)
+        verify_job_e2e(client, JOB_NAME, job_namespace, wait_timeout=max(1, int(remaining)))
+        finisher.join(5)
+        assert binds.count() == 1
+    print(f"the SDK's gang test took {time.monotonic() - t0:.1f}s")
+    client.delete_job(JOB_NAME, job_namespace)
+    wait_for(lambda: not kube.pods(namespace, JOB_NAME), 30, "the job's pods collected")
