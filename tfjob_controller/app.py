@@ -87,17 +87,22 @@ CHILD_INDEXERS: dict[str, IndexFunc] = {
 }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="tfjob-controller",
-        description="Kubernetes controller for TensorFlow training jobs (TFJob, kubeflow.org/v1).",
-    )
+def add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    """Which cluster, and as whom: the controller's and its subcommands'."""
     p.add_argument(
         "--kubeconfig",
         default=os.environ.get("KUBECONFIG") or None,
         help="kubeconfig path (default: $KUBECONFIG, then in-cluster config)",
     )
     p.add_argument("--context", default=None, help="kubeconfig context")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="tfjob-controller",
+        description="Kubernetes controller for TensorFlow training jobs (TFJob, kubeflow.org/v1).",
+    )
+    add_cluster_flags(p)
     p.add_argument(
         "--namespace",
         default=os.environ.get("KUBEFLOW_NAMESPACE") or None,

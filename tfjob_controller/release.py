@@ -19,7 +19,6 @@ released (or was gone already), 1 when a release failed, 2 on a usage error.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +30,7 @@ from controller.kube import PODS, ResourceClient
 from controller.types import JSON
 from reconcile.names import TRACKING_FINALIZER
 from reconcile.tracking import PATCH_TYPE, release_patch, tracked
+from tfjob_controller.app import add_cluster_flags
 
 PROG = "tfjob-controller release-finalizers"
 #: Releases in flight at once.
@@ -44,12 +44,7 @@ def parse_args(argv: Sequence[str], prog: str = PROG) -> argparse.Namespace:
         " that carries it, so pods and namespaces can be deleted once the controller is"
         " gone. Run it with the controller stopped.",
     )
-    p.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG") or None,
-        help="kubeconfig path (default: $KUBECONFIG, then in-cluster config)",
-    )
-    p.add_argument("--context", default=None, help="kubeconfig context")
+    add_cluster_flags(p)
     p.add_argument(
         "--namespace", "-n", default=None, help="only this namespace (default: every one)"
     )

@@ -136,6 +136,11 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def leading(c: ControllerProcess) -> bool:
+    """The replica says it leads (leader_election_master_status)."""
+    return metric(c.metrics(), "leader_election_master_status") == 1
+
+
 def settled(kube: Kube, controller: ControllerProcess, ns: str, job: str) -> None:
     """Poke the job (an annotation) and wait until the controller has reconciled since
     and its queue is empty with no work in progress: whatever the controller was going to

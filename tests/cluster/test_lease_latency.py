@@ -31,7 +31,7 @@ import pytest
 
 from tests.cluster.faultproxy import FaultProxy, Injection, Seen
 from tests.cluster.kube import ControllerProcess, Kube, wait_for, wait_job
-from tests.cluster.policy_helpers import make_job, metric
+from tests.cluster.policy_helpers import leading, make_job
 from tests.conftest import Cluster
 
 #: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
@@ -96,10 +96,6 @@ def stage(
         controller.start()
         if kube.req("GET", s.lease_path) is not None:
             kube.req("DELETE", s.lease_path)
-
-
-def leading(c: ControllerProcess) -> bool:
-    return metric(c.metrics(), "leader_election_master_status") == 1
 
 
 def phase(pod: dict[str, Any] | None) -> str | None:

@@ -516,6 +516,30 @@ def _changed(w: ReconcilerWorld, **meta: Any) -> None:
     w.jobs.upsert({**job, "metadata": {**job["metadata"], **meta}})
 
 
+async def _second_pass_with_creates_queued(
+    change: Any,
+) -> tuple[ReconcilerWorld, dict[str, Any]]:
+    """A 3-worker job's first pass queues its 6 creates (held); ``change`` is made to the
+    world, a second pass runs, then the creates may go. Returns the world and what the
+    second pass said on its summary line."""
+    job = make_tfjob("t").worker(3).obj()
+    job["metadata"]["generation"] = 1
+    w = ReconcilerWorld(job, hold_creates=True)
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        await w.reconciler.reconcile(KEY)
+        await anyio.wait_all_tasks_blocked()
+        assert w.background.backlog(KEY) == 6
+        change(w)
+        structlog.contextvars.clear_contextvars()
+        await w.reconciler.reconcile(KEY)
+        seen = dict(structlog.contextvars.get_contextvars())
+        w.writer.release.set()
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    return w, seen
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -530,39 +554,15 @@ async def test_queued_creates_of_a_job_that_changed_are_dropped_unsent(change: A
     """The job is deleted, replaced, or its spec changed (a suspend is one) while its
     creates wait on the rate limit: none of them goes out, their expectations are let
     go, and the next plan starts afresh."""
-    job = make_tfjob("t").worker(3).obj()
-    job["metadata"]["generation"] = 1
-    w = ReconcilerWorld(job, hold_creates=True)
-    async with anyio.create_task_group() as tg:
-        await tg.start(w.background.run)
-        await w.reconciler.reconcile(KEY)
-        await anyio.wait_all_tasks_blocked()
-        assert w.background.backlog(KEY) == 6  # 3 services, 3 pods
-        change(w)
-        structlog.contextvars.clear_contextvars()
-        await w.reconciler.reconcile(KEY)
-        assert structlog.contextvars.get_contextvars()["creates_dropped"] == 6
-        w.writer.release.set()
-        await anyio.wait_all_tasks_blocked()
-        tg.cancel_scope.cancel()
+    w, seen = await _second_pass_with_creates_queued(change)
+    assert seen["creates_dropped"] == 6  # 3 services, 3 pods
     assert w.writer.created == [], "nothing planned for the old job went out"
     assert w.expectations.pending(pods_key(KEY))[0] == 0
     assert w.expectations.pending(services_key(KEY))[0] == 0
 
 
 async def test_an_unchanged_job_keeps_its_queued_creates() -> None:
-    job = make_tfjob("t").worker(3).obj()
-    job["metadata"]["generation"] = 1
-    w = ReconcilerWorld(job, hold_creates=True)
-    async with anyio.create_task_group() as tg:
-        await tg.start(w.background.run)
-        await w.reconciler.reconcile(KEY)
-        await anyio.wait_all_tasks_blocked()
-        w.store_status()  # a status write seen is no change of the job
-        structlog.contextvars.clear_contextvars()
-        await w.reconciler.reconcile(KEY)
-        assert "creates_dropped" not in structlog.contextvars.get_contextvars()
-        w.writer.release.set()
-        await anyio.wait_all_tasks_blocked()
-        tg.cancel_scope.cancel()
+    # a status write seen is no change of the job
+    w, seen = await _second_pass_with_creates_queued(lambda w: w.store_status())
+    assert "creates_dropped" not in seen
     assert len(w.writer.created) == 6
