@@ -274,17 +274,21 @@ async def test_crd_from_yaml_established_and_usable(
 
 def test_down_stops_everything_and_frees_ports(tmp_path: Path) -> None:
     """A second, private cluster: up, then down leaves no process and frees its ports.
-    It runs the gang scheduler too, the sixth process."""
+    It runs the gang scheduler and its PodGroup controller too: seven processes."""
     env = {**os.environ, "TFJOB_CLUSTER_DIR": str(tmp_path / "c"), "TFJOB_CLUSTER_NODES": "1"}
     run = functools.partial(subprocess.run, cwd=REPO, env=env, check=True)
     run(cluster_mod.command("up", "--gang", "scheduler-plugins"), stdout=subprocess.PIPE)
-    state = orjson.loads((tmp_path / "c" / "state.json").read_bytes())
-    pids = list(state["pids"].values())
-    assert len(pids) == 6 and "scheduler-plugins" in state["pids"]
-    assert (tmp_path / "c" / "logs" / "scheduler-plugins.log").exists()
-    run(cluster_mod.command("status"), stdout=subprocess.PIPE)
-    assert state["ports"]["apiserver"] in cluster_mod.listening_ports()
-    run(cluster_mod.command("down"))
+    try:
+        state = orjson.loads((tmp_path / "c" / "state.json").read_bytes())
+        pids = list(state["pids"].values())
+        gang = {"scheduler-plugins", "scheduler-plugins-controller"}
+        assert len(pids) == 7 and gang <= state["pids"].keys(), state["pids"]
+        for name in gang:
+            assert (tmp_path / "c" / "logs" / f"{name}.log").exists(), name
+        run(cluster_mod.command("status"), stdout=subprocess.PIPE)
+        assert state["ports"]["apiserver"] in cluster_mod.listening_ports()
+    finally:
+        run(cluster_mod.command("down"))  # whatever failed above: never left running
     for pid in pids:
         try:
             os.kill(pid, 0)
