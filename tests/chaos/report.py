@@ -70,6 +70,9 @@ class Report:
     outcomes: dict[str, int] = field(default_factory=dict)
     audit_events: int = 0
     controller_writes: int = 0
+    #: the kubelet stand-in's retries of what kwok gave up on, by why (never the
+    #: controller's work: a pod held only by our finalizer is not nudged)
+    kubelet_nudges: dict[str, int] = field(default_factory=dict)
     violations: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -117,6 +120,8 @@ class Report:
         lines.append(
             f"audit: {self.audit_events} events, {self.controller_writes} controller writes"
         )
+        nudges = ", ".join(f"{k} {v}" for k, v in sorted(self.kubelet_nudges.items()))
+        lines.append(f"kubelet stand-in nudges: {sum(self.kubelet_nudges.values())} ({nudges or 'none'})")
         lines.append(f"violations: {len(self.violations)}")
         for v in self.violations:
             lines.append(f"  {v['kind']}: {v['what']}")

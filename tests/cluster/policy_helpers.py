@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.cluster.kube import (
+    ApiFailure,
     ControllerProcess,
     Kube,
     PodHistory,
@@ -134,6 +135,37 @@ def metric(text: str, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             total += float(value)
     return total
+
+
+#: kwok keeps a deleted pod so annotated in its grace period (hack/kwok-delete-stages.yaml)
+HOLD = "kwok.test/hold-on-delete"
+
+
+def let_go(kube: Kube, ns: str, pod: str) -> None:
+    """The kubelet may end the held pod now (kwok kills a deleted pod with 137)."""
+    try:
+        kube.req("PATCH", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                 {"metadata": {"annotations": {HOLD: None}}}, "application/merge-patch+json")  # fmt: skip
+    except ApiFailure as e:
+        if e.status != 404:
+            raise
+
+
+def release_held(kube: Kube, ns: str) -> None:
+    """After a test whose pods carry HOLD (pass or fail): delete the namespace's TFJobs,
+    so no new held pod is made, and let go of every pod until none is left, or the
+    namespace could never be deleted."""
+    for job in kube.req("GET", kube.tfjobs(ns))["items"]:
+        kube.req("DELETE", f"{kube.tfjobs(ns)}/{job['metadata']['name']}")
+
+    def none_left() -> bool:
+        pods = kube.req("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        for pod in pods:
+            if HOLD in (pod["metadata"].get("annotations") or {}):
+                let_go(kube, ns, pod["metadata"]["name"])
+        return not pods
+
+    wait_for(none_left, 60, "the held pods let go and gone")
 
 
 def leading(c: ControllerProcess) -> bool:

@@ -20,8 +20,9 @@ import yaml
 from reconcile.models import dump_tfjob, parse_tfjob
 from reconcile.names import MANAGED_BY_MULTIKUEUE
 from reconcile.status_types import JobCondition, JobStatus, ReplicaStatus
+from tests import conformance
 from tests.conftest import Cluster
-from tests.unit.reconcile.test_models import CONFORMANCE, SAMPLES, conformance_examples
+from tests.unit.reconcile.test_models import SAMPLES
 
 pytestmark = pytest.mark.cluster
 
@@ -240,10 +241,16 @@ def sdk_deserializes(obj: Obj) -> None:
 # --- accepted --------------------------------------------------------------------------
 
 
+def test_upstreams_examples_are_among_the_accepted() -> None:
+    """The list below takes them from the conformance data: its absence fails in CI."""
+    conformance.require(conformance.EXAMPLES_DIR)
+    assert len(conformance.examples()) >= 4
+
+
 @pytest.mark.parametrize(
     "obj",
     [
-        *(pytest.param(from_file(p), id=p.name) for p in conformance_examples()),
+        *(pytest.param(from_file(p), id=p.name) for p in conformance.examples()),
         *(pytest.param(from_file(p), id=p.name) for p in SAMPLES),
         *sdk_jobs(),
         *VALID_MIXES,
@@ -550,9 +557,7 @@ UPSTREAM_GROUP = "upstream-v190.kubeflow.test"
 @pytest.fixture(scope="module")
 def upstream_crd(cluster: Cluster) -> Iterator[str]:
     """The upstream CRD's schema, unchanged, under a scratch group (ours keeps tfjobs)."""
-    path = CONFORMANCE / "kubeflow.org_tfjobs.yaml"
-    if not path.exists():
-        pytest.skip(f"no upstream CRD at {path}")
+    path = conformance.require(conformance.UPSTREAM_CRD)
     crd = yaml.safe_load(path.read_text())
     crd["spec"]["group"] = UPSTREAM_GROUP
     crd["metadata"] = {"name": f"tfjobs.{UPSTREAM_GROUP}"}

@@ -5,6 +5,7 @@ keeps working across expiries."""
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -61,8 +62,39 @@ def exec_kubeconfig(cluster: Cluster, path: Path, log: Path) -> None:
     path.write_text(yaml.safe_dump(admin))
 
 
-def runs(log: Path) -> list[float]:
-    return [float(x) for x in log.read_text().split()] if log.exists() else []
+def runs(log: Path) -> list[tuple[float, str]]:
+    """(time, the Secret its token is bound to) of each plugin run, in order."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(float(t), secret) for t, secret in (line.split() for line in lines)]
+
+
+def refreshes(controller: ControllerProcess) -> list[str]:
+    """The reason of each credential refresh the controller logged ("expiring" or
+    "unauthorized"), in order. The kubeconfig's first fetch is not one."""
+    out = []
+    for line in controller.log_text().splitlines():
+        if '"exec credential refreshed"' in line:
+            out.append(json.loads(line).get("reason", ""))
+    return out
+
+
+class Retirer:
+    """Deletes the Secret each earlier token is bound to once the controller has logged
+    installing a newer one: from then on a request with that token is refused at once,
+    so a controller still using it is caught (it would refresh "unauthorized")."""
+
+    def __init__(self, kube: Kube, log: Path, controller: ControllerProcess) -> None:
+        self.kube, self.log, self.controller = kube, log, controller
+        self.retired: set[str] = set()
+
+    def __call__(self) -> int:
+        done = runs(self.log)
+        installed = 1 + len(refreshes(self.controller))  # the first fetch, then each refresh
+        for _, secret in done[: max(0, min(installed, len(done)) - 1)]:
+            if secret not in self.retired:
+                self.kube.req("DELETE", f"/api/v1/namespaces/{SA_NS}/secrets/{secret}")
+                self.retired.add(secret)
+        return len(done)
 
 
 def run_to_success(kube: Kube, ns: str, name: str) -> None:
@@ -93,17 +125,21 @@ def test_exec_plugin_tokens_are_renewed_as_they_expire(
     )
     try:
         limited.start()
+        retire = Retirer(kube, log, limited)
         run_to_success(kube, namespace, "before")
-        # Three expiries later: each token was replaced as it ran out, not per request.
-        wait_for(lambda: len(runs(log)) >= 4, 4 * LIFE + 30, "three renewals")
+        # Three expiries later: each token was replaced as it ran out, not per request,
+        # and each old one is dead once replaced: only the newest can work.
+        wait_for(lambda: retire() >= 4, 4 * LIFE + 30, "three renewals")
+        wait_for(lambda: retire() and len(retire.retired) >= 3, 30, "three tokens retired")
         run_to_success(kube, namespace, "after")
-        times = runs(log)
+        times = [t for t, _ in runs(log)]
         # each run replaced a token about to expire: none ran per request
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert all(gap > LIFE / 2 for gap in gaps), gaps
-        text = limited.log_text()
-        assert "exec credential refreshed" in text
-        assert "unauthorized" not in text
+        # every refresh was an expiry's: no request ever went out with a retired token
+        reasons = refreshes(limited)
+        assert len(reasons) >= 3 and set(reasons) == {"expiring"}, reasons
+        assert "unauthorized" not in limited.log_text()
     finally:
         code = limited.stop()
         controller.start()  # whatever happened: the tests after this one need it

@@ -22,10 +22,11 @@ import yaml
 from reconcile.explain import PLACEHOLDER_UID, explain
 from reconcile.plan import PlanConfig
 from reconcile.quantity import parse_quantity
+from tests import conformance
 from tests.cluster.kube import ControllerProcess, Kube, wait_for
-from tests.unit.reconcile.test_models import SAMPLES, conformance_examples
+from tests.unit.reconcile.test_models import SAMPLES
 
-CASES = [pytest.param(p, id=p.name) for p in [*SAMPLES, *conformance_examples()]]
+CASES = [pytest.param(p, id=p.name) for p in [*SAMPLES, *conformance.examples()]]
 MISSING = object()
 
 

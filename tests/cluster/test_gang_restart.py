@@ -17,7 +17,7 @@ import pytest
 
 from tests.cluster import kube as k
 from tests.cluster.kube import ControllerProcess, Kube, PodHistory, wait_for, wait_running
-from tests.cluster.policy_helpers import make_job, rs, settled
+from tests.cluster.policy_helpers import HOLD, let_go, make_job, release_held, rs, settled
 from tests.conftest import Cluster
 
 #: needs the local cluster's gang scheduler and kwok pods
@@ -89,3 +89,49 @@ def test_a_worker_exit_restarts_the_whole_gang_once_and_backoff_limit_holds(
     why = k.condition(failed, "Failed") or {}
     assert why["reason"] == "TFJobFailed" and "backoff" in why["message"].lower(), why
     assert (failed["status"].get("gangEpoch"), rs(failed, "Chief")["restarts"]) == (1, 1)
+
+
+def test_a_disruption_restarts_the_whole_gang_only_once_every_old_pod_is_gone(
+    cluster: Cluster, kube: Kube, namespace: str, slow_backoff: ControllerProcess
+) -> None:
+    """A worker deleted by someone else (a disruption: no backoff, so only the wait for
+    the old epoch to be gone keeps the new pods back). The old chief and worker 0 stay in
+    their grace period (kwok holds them) after the restart deletes them: no pod of the
+    new epoch may be made meanwhile, not even worker 1, whose name is free."""
+    ns, controller = namespace, slow_backoff
+    job = make_job("gd", chief="OnFailure", workers=(2, "OnFailure"))
+    job["metadata"]["annotations"] = {ANNOTATION: "true"}
+    for spec in job["spec"]["tfReplicaSpecs"].values():
+        spec["template"] = {"metadata": {"annotations": {HOLD: "true"}}, **spec["template"]}
+    kube.create_tfjob(ns, job)
+    try:
+        with PodHistory(cluster, ns) as history:
+            running = wait_running(kube, ns, "gd", 3)
+            old = {p["metadata"]["uid"] for p in running}
+            worker_1 = next(p for p in running if p["metadata"]["name"] == "gd-worker-1")
+            kube.delete_pod(ns, "gd-worker-1")
+            let_go(kube, ns, "gd-worker-1")  # killed by the deletion: a disruption
+            wait_for(lambda: all(
+                (p := kube.pod(ns, f"gd-{n}")) is not None and not k.live(p)
+                for n in ("chief-0", "worker-0")
+            ), 60, "the old chief and worker 0 deleted by the restart")  # fmt: skip
+            wait_for(lambda: (p := kube.pod(ns, "gd-worker-1")) is None
+                     or p["metadata"]["uid"] != worker_1["metadata"]["uid"], 30,
+                     "the old worker 1 gone")  # fmt: skip
+            settled(kube, controller, ns, "gd")
+            made = [uid for t, _, uid in history.events if t == "ADDED" and uid not in old]
+            assert made == [], "a pod of the new epoch while the old one was still there"
+            for name in ("gd-chief-0", "gd-worker-0"):
+                let_go(kube, ns, name)
+            new = {p["metadata"]["uid"] for p in wait_running(kube, ns, "gd", 3, timeout=60)}
+            events = list(history.events)
+            gone = max(i for i, (t, _, uid) in enumerate(events) if t == "DELETED" and uid in old)
+            added = [i for i, (t, _, uid) in enumerate(events) if t == "ADDED" and uid in new]
+            assert gone < min(added), events
+            assert history.violations == []
+        settled(kube, controller, ns, "gd")
+        done = kube.tfjob(ns, "gd")
+        assert (done or {})["status"]["gangEpoch"] == 1
+        assert rs(done, "Worker")["disruptions"] == 1 and rs(done, "Chief")["disruptions"] == 0
+    finally:
+        release_held(kube, ns)

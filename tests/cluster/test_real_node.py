@@ -162,18 +162,21 @@ def test_on_failure_restarts_in_place_count_against_backoff_limit(
     pod, which its kubelet would restart forever, is stopped (cleanPodPolicy None)."""
     ns = namespace
     script = "import sys; print('attempt', flush=True); sys.exit(1)"
-    kube.create_tfjob(
-        ns, real_job("crash", script, workers=1, restart_policy="OnFailure", backoffLimit=2)
-    )
-    failed = wait_job(kube, ns, "crash", "Failed", timeout=120)
+    with PodHistory(cluster, ns) as history:
+        kube.create_tfjob(
+            ns, real_job("crash", script, workers=1, restart_policy="OnFailure", backoffLimit=2)
+        )
+        failed = wait_job(kube, ns, "crash", "Failed", timeout=120)
+        pods = kube.pods(ns, "crash")
     cond = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")
     assert (
         cond["message"] == "Job crash has failed because it has reached the specified backoff limit"
     )
     assert rs(failed, "Worker")["restarts"] >= 3  # past the limit of 2
-    # the same pod all along: restarted in place, never replaced
-    uids = {p["metadata"]["uid"] for p in kube.pods(ns, "crash")}
-    assert len(uids) <= 1
+    # the same pod all along: restarted in place, never replaced (the watch saw every
+    # pod of the namespace made, from before the job was)
+    made = {uid for type_, _, uid in history.events if type_ == "ADDED"}
+    assert len(made) == 1 and {p["metadata"]["uid"] for p in pods} <= made
     # ... and stopped once the job failed, although cleanPodPolicy is None
     wait_for(lambda: kube.pods(ns, "crash") == [], 30, "the crash-looping pod stopped")
 

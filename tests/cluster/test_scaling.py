@@ -16,21 +16,10 @@ from tests.cluster.kube import (
     wait_for,
     wait_running,
 )
-from tests.cluster.policy_helpers import TEMPLATE, make_job, rs, settled
+from tests.cluster.policy_helpers import HOLD, TEMPLATE, let_go, make_job, release_held, rs, settled
 from tests.conftest import Cluster
 
 RETIRED = "training.kubeflow.org/retired"
-HOLD = "kwok.test/hold-on-delete"
-
-
-def _let_go(kube: Kube, ns: str, pod_name: str) -> None:
-    """The kubelet may end the pod now (kwok kills it with 137 once it is deleted)."""
-    kube.req(
-        "PATCH",
-        f"/api/v1/namespaces/{ns}/pods/{pod_name}",
-        {"metadata": {"annotations": {HOLD: None}}},
-        "application/merge-patch+json",
-    )
 
 
 def _scale(kube: Kube, ns: str, name: str, replicas: int) -> None:
@@ -52,8 +41,7 @@ def test_scaling_down_and_straight_back_up_counts_no_disruption(
     try:
         _scale_down_and_up(controller, kube, cluster, namespace, name)
     finally:
-        for pod in kube.pods(namespace, name):  # or the namespace could never go
-            _let_go(kube, namespace, pod["metadata"]["name"])
+        release_held(kube, namespace)
 
 
 def _scale_down_and_up(
@@ -78,7 +66,7 @@ def _scale_down_and_up(
         # their names are still taken: nothing is created for them yet
         assert {p["metadata"]["uid"] for p in kube.pods(namespace, name)} == set(first.values())
         for pod_name in retiring:  # the kubelet ends them (137) and they go
-            _let_go(kube, namespace, pod_name)
+            let_go(kube, namespace, pod_name)
 
         def replaced() -> list[dict[str, Any]] | None:
             now = kube.pods(namespace, name)

@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 
 from reconcile.names import TRACKING_FINALIZER
-from tests.cluster.kube import ControllerProcess, Kube, PodHistory, wait_for, wait_job, wait_running
+from reconcile.tracking import PATCH_TYPE, release_patch
+from tests.cluster.kube import (
+    ApiFailure,
+    ControllerProcess,
+    Kube,
+    PodHistory,
+    wait_for,
+    wait_job,
+    wait_running,
+)
 from tests.cluster.policy_helpers import (
     TEMPLATE,
     cond_of,
@@ -30,6 +39,8 @@ from tests.conftest import Cluster
 
 #: needs kwok pods that exit on the test's say
 pytestmark = pytest.mark.local_only
+#: another controller's finalizer
+OTHER = "other.test/keep"
 
 
 def terminating(pod: dict[str, Any] | None, phase: str) -> bool:
@@ -268,3 +279,39 @@ def test_a_pod_killed_by_the_suspend_and_seen_only_after_the_resume_is_no_disrup
     settled(kube, controller, ns, "susp")
     worker = rs(kube.tfjob(ns, "susp"), "Worker")
     assert (worker["disruptions"], worker["restarts"], worker["failed"]) == (0, 0, 0)
+
+
+def test_a_release_lets_go_of_our_finalizer_only_and_never_of_a_successors(
+    kube: Kube, namespace: str
+) -> None:
+    """The release patch (reconcile.tracking.release_patch) against the real apiserver:
+    it takes our finalizer off the pod it names and leaves another's, and sent for a pod
+    that has since been replaced under the same name it is refused (422: the UID it
+    carries is immutable), so the successor keeps ours."""
+    ns = namespace
+    path = f"/api/v1/namespaces/{ns}/pods/n"
+    body = {
+        "metadata": {"name": "n", "finalizers": [TRACKING_FINALIZER, OTHER]},
+        "spec": {**TEMPLATE["spec"], "nodeSelector": {"tfjob-test/none": "none"}},
+    }
+    first = kube.req("POST", f"/api/v1/namespaces/{ns}/pods", body)
+    unhold = {"metadata": {"finalizers": None}}
+    try:
+        kube.req("PATCH", path, release_patch(TRACKING_FINALIZER, first["metadata"]["uid"]),
+                 PATCH_TYPE)  # fmt: skip
+        assert kube.pod(ns, "n")["metadata"]["finalizers"] == [OTHER]  # type: ignore[index]
+        # replaced under the same name while a release of the first was on its way
+        kube.req("PATCH", path, unhold, "application/merge-patch+json")
+        kube.delete_pod(ns, "n", grace=0)
+        wait_for(lambda: kube.pod(ns, "n") is None, 30, "the first pod gone")
+        second = kube.req("POST", f"/api/v1/namespaces/{ns}/pods", body)
+        with pytest.raises(ApiFailure) as refused:
+            kube.req("PATCH", path, release_patch(TRACKING_FINALIZER, first["metadata"]["uid"]),
+                     PATCH_TYPE)  # fmt: skip
+        assert refused.value.status == 422, refused.value.body
+        now = kube.pod(ns, "n")
+        assert now is not None and now["metadata"]["uid"] == second["metadata"]["uid"]
+        assert now["metadata"]["finalizers"] == [TRACKING_FINALIZER, OTHER]
+    finally:  # or the namespace could never go
+        if kube.pod(ns, "n") is not None:
+            kube.req("PATCH", path, unhold, "application/merge-patch+json")

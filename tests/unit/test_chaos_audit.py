@@ -105,3 +105,24 @@ def test_the_kubelet_stand_in_nudges_only_pods_kwok_gave_up_on() -> None:
     assert _stuck(pod("Running", **just_deleted), now) is None
     held = {**killed_late, "annotations": {"kwok.test/hold-on-delete": "true"}}
     assert _stuck(pod("Running", **held), now) is None
+
+
+def test_the_kubelet_stand_in_never_does_the_controllers_work() -> None:
+    """A deleted pod kwok gave up on is nudged; one that has ended and is held only by
+    a finalizer (the controller's to release) never is."""
+    from tests.chaos.driver import NUDGE_AFTER, _stuck
+
+    def deleted(phase: str, finalizers: list[str]) -> dict[str, Any]:
+        return {
+            "metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": finalizers,
+                         "deletionGracePeriodSeconds": 0},
+            "status": {"phase": phase},
+        }  # fmt: skip
+
+    later = datetime(2024, 1, 1, tzinfo=UTC).timestamp() + NUDGE_AFTER + 1
+    ours = ["training.kubeflow.org/tfjob-tracking"]
+    assert _stuck(deleted("Failed", ours), later) is None
+    assert _stuck(deleted("Succeeded", ours), later) is None
+    assert _stuck(deleted("Failed", []), later) == "deleted and still Failed"
+    assert _stuck(deleted("Running", ours), later) == "deleted and still Running"
+    assert _stuck(deleted("Running", ours), later - 2) is None, "not for long yet"

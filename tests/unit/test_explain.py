@@ -27,8 +27,8 @@ from reconcile.gang import (
 )
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.spec import read_job
-from tests import strategies
-from tests.unit.reconcile.test_models import CONFORMANCE, SAMPLES, conformance_examples
+from tests import conformance, strategies
+from tests.unit.reconcile.test_models import SAMPLES
 from tfjob_controller import app
 from tfjob_controller.explain import _write_table, _write_yaml, main
 
@@ -40,9 +40,8 @@ def tfjobs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TFJob"]
 
 
-EXAMPLES = [pytest.param(p, id=p.name) for p in SAMPLES] + [
-    pytest.param(p, id=p.name) for p in conformance_examples()
-]
+#: the samples and upstream's examples (test_the_examples_are_there says when those lack)
+EXAMPLES = [pytest.param(p, id=p.name) for p in [*SAMPLES, *conformance.examples()]]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -84,9 +83,8 @@ def job(name: str = "g", workers: int = 3, **run_policy: Any) -> dict[str, Any]:
 
 
 def test_the_examples_are_there() -> None:
-    if not CONFORMANCE.exists():
-        pytest.skip(f"no conformance data at {CONFORMANCE}")
-    assert SAMPLES and conformance_examples()
+    conformance.require(conformance.EXAMPLES_DIR)
+    assert SAMPLES and conformance.examples()
 
 
 @pytest.mark.parametrize("path", EXAMPLES)

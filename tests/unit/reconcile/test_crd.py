@@ -17,7 +17,8 @@ from hack import gen_crd
 from reconcile.defaults import apply_defaults
 from reconcile.models import dump_tfjob, parse_tfjob
 from reconcile.status_types import JobStatus
-from tests.unit.reconcile.test_models import REPO, SAMPLES, conformance_examples
+from tests import conformance
+from tests.unit.reconcile.test_models import REPO, SAMPLES
 
 CRD_FILE = REPO / "config" / "crd" / "kubeflow.org_tfjobs.yaml"
 
@@ -169,7 +170,7 @@ def schema_default(value: Any, node: dict[str, Any]) -> Any:
     return value
 
 
-DATA = [*conformance_examples(), *SAMPLES]
+DATA = [*conformance.examples(), *SAMPLES]
 
 
 @pytest.mark.parametrize("path", DATA, ids=lambda p: p.name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +11,10 @@ import pytest
 import yaml
 
 from reconcile.models import ReplicaSpec, RunPolicy, TFJob, dump_tfjob, parse_tfjob
+from tests import conformance
 
 REPO = Path(__file__).resolve().parents[3]
-CONFORMANCE = (
-    Path(os.environ.get("TFJOB_CONFORMANCE_DIR", REPO.parent / "shared" / "conformance"))
-    / "training-operator-v1.9.0"
-)
 SAMPLES = sorted((REPO / "config" / "samples").glob("*.yaml"))
-
-
-def conformance_examples() -> list[Path]:
-    return sorted((CONFORMANCE / "examples").glob("*.yaml"))
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -47,16 +39,15 @@ def minimal(**spec: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("path", conformance_examples(), ids=lambda p: p.name)
-def test_upstream_examples_round_trip(path: Path) -> None:
-    obj = load(path)
+@pytest.mark.parametrize("path", conformance.example_params())
+def test_upstream_examples_round_trip(path: Path | None) -> None:
+    obj = load(conformance.require(path))
     assert dump_tfjob(parse_tfjob(obj)) == obj
 
 
 def test_conformance_examples_are_present() -> None:
-    if not CONFORMANCE.exists():
-        pytest.skip(f"no conformance data at {CONFORMANCE}")
-    assert len(conformance_examples()) >= 4
+    conformance.require(conformance.EXAMPLES_DIR)
+    assert len(conformance.examples()) >= 4
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)

@@ -16,6 +16,7 @@ from reconcile.names import RETIRED_ANNOTATION, TRACKING_FINALIZER
 from reconcile.plan import EventIntent, Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.spec import read_job
 from reconcile.status_types import format_time
+from tests import conformance
 from tests.builders import at, make_pod, make_service, make_tfjob, ts
 
 CFG = PlanConfig()
@@ -944,22 +945,9 @@ def test_timestamps_are_rfc3339_seconds() -> None:
 
 # --- upstream examples (conformance data, read in place) ------------------------------------
 
-EXAMPLES = (
-    Path(__file__).resolve().parents[4]
-    / "shared"
-    / "conformance"
-    / "training-operator-v1.9.0"
-    / "examples"
-)
-
-
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, id=p.stem) for p in sorted(EXAMPLES.glob("*.yaml"))]
-    or [pytest.param(None, marks=pytest.mark.skip(reason="conformance data not present"))],
-)
-def test_upstream_examples_materialise(path: Path) -> None:
-    for doc in yaml.safe_load_all(path.read_text()):
+@pytest.mark.parametrize("path", conformance.example_params())
+def test_upstream_examples_materialise(path: Path | None) -> None:
+    for doc in yaml.safe_load_all(conformance.require(path).read_text()):
         if not doc or doc.get("kind") != "TFJob":
             continue
         doc["metadata"].update(namespace="ns", uid="u", generation=1)

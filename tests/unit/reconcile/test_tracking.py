@@ -13,12 +13,11 @@ from controller.expectations import ControllerExpectations
 from controller.workqueue import WorkQueue
 from reconcile.handlers import pod_handler
 from reconcile.keys import releases_key
-from reconcile.names import TRACKING_FINALIZER
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.restart import PodOutcome, pod_outcome
 from reconcile.spec import read_job
 from reconcile.tfjob import UNSATISFIED_RECHECK_SECONDS
-from reconcile.tracking import release_patch, strays
+from reconcile.tracking import strays
 from tests.builders import at, make_pod, make_tfjob
 from tests.fakes import ReconcilerWorld
 from tests.unit.reconcile.test_tfjob import reconcile
@@ -126,13 +125,6 @@ def test_strays_are_tracked_pods_of_another_job_of_that_name() -> None:
         stray["metadata"]["uid"]
     ]
     assert len(strays(pods, None)) == 2
-
-
-def test_the_patch_removes_only_our_finalizer_and_is_preconditioned() -> None:
-    patch = release_patch(TRACKING_FINALIZER, "u1")
-    assert patch == {
-        "metadata": {"$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER], "uid": "u1"}
-    }
 
 
 def test_a_release_is_observed_when_the_finalizer_is_seen_gone() -> None:

@@ -19,7 +19,8 @@ from reconcile.validation import (
     validate,
     validate_update,
 )
-from tests.unit.reconcile.test_models import SAMPLES, conformance_examples
+from tests import conformance
+from tests.unit.reconcile.test_models import SAMPLES
 
 Obj = dict[str, Any]
 
@@ -289,7 +290,7 @@ def test_valid_variants(mutate: Callable[[Obj], object]) -> None:
     assert errors_for(mutate) == []
 
 
-@pytest.mark.parametrize("path", [*conformance_examples(), *SAMPLES], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*conformance.examples(), *SAMPLES], ids=lambda p: p.name)
 def test_examples_and_samples_are_valid(path: Path) -> None:
     job, errors = check(yaml.safe_load(path.read_text()))
     assert job is not None and errors == []
