@@ -115,6 +115,10 @@ class NameReleasing(errors.Conflict):
         )
 
 
+def _controlled_by(obj: JSON, owner: str) -> bool:
+    return (controller_ref(obj) or {}).get("uid") == owner
+
+
 def holder_of(found: JSON) -> str:
     """Who holds an object, said for an event or a condition message."""
     ref = controller_ref(found)
@@ -137,7 +141,7 @@ async def _claim(
         raise e from None  # can't tell: a conflict, retried like any
     if found is None:
         raise e  # gone again since: the retry creates it
-    if (controller_ref(found) or {}).get("uid") == owner:
+    if _controlled_by(found, owner):
         raise _Ours() from e
     holder = holder_of(found)
     if (found.get("metadata") or {}).get("deletionTimestamp"):
@@ -330,7 +334,7 @@ class ChildWrites:
                 found = await child.writer.get(namespace, body["metadata"]["name"])
             except Exception:
                 raise e from None
-            if found is None or (controller_ref(found) or {}).get("uid") != owner:
+            if found is None or not _controlled_by(found, owner):
                 raise
             return found
 

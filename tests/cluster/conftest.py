@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from hack.cluster import command, node
 from tests.cluster.kube import ControllerProcess, Kube
+from tests.cluster.lease_stage import Stage
 from tests.conftest import Cluster
 
 #: Seconds a job's creates may be refused before it fails (120 by default).
@@ -51,3 +54,19 @@ def real_node(cluster: Cluster) -> str:
     if proc.returncode != 0:
         pytest.fail(f"the real node did not come up:\n{proc.stderr[-6000:]}", pytrace=False)
     return node.NODE_NAME
+
+
+@pytest.fixture
+def stage(
+    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str, tmp_path: Path
+) -> Iterator[Stage]:
+    s = Stage(
+        cluster, kube, namespace, f"tfjob-controller-lease-test-{uuid.uuid4().hex[:8]}", tmp_path
+    )
+    controller.stop()
+    try:
+        yield s
+    finally:
+        controller.start()
+        if kube.req("GET", s.lease_path) is not None:
+            kube.req("DELETE", s.lease_path)

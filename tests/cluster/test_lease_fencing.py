@@ -22,20 +22,15 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.faultproxy import Fault, FaultProxy, Injection, Seen
-from tests.cluster.kube import ControllerProcess, Kube, wait_for, wait_job
+from tests.cluster.faultproxy import FaultProxy, Injection, Seen
+from tests.cluster.kube import ControllerProcess, wait_for, wait_job
+from tests.cluster.lease_stage import Stage
 from tests.cluster.policy_helpers import TEMPLATE, leading, make_job
-from tests.conftest import Cluster
 
 #: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
 pytestmark = pytest.mark.local_only
@@ -58,64 +53,6 @@ RELEASE_TIMEOUT = 5.0
 #: Creates queued at 2 requests/s: a minute of them, far beyond either test.
 WORKERS = 60
 LOW_QPS = ("--kube-api-qps=2", "--kube-api-burst=2")
-
-
-@dataclass
-class Stage:
-    """Where each test here runs: its namespace, a Lease of its own (so a run that died
-    holding one delays no other), and no session controller acting beside its replicas."""
-
-    cluster: Cluster
-    kube: Kube
-    namespace: str
-    lease: str
-    workdir: Path
-
-    @property
-    def lease_path(self) -> str:
-        return f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{self.lease}"
-
-    @contextmanager
-    def proxy(self, fault: Fault) -> Iterator[FaultProxy]:
-        proxy = FaultProxy(self.cluster, self.workdir, fault)
-        proxy.start()
-        try:
-            yield proxy
-        finally:
-            proxy.stop()
-
-    def replica(
-        self, identity: str, *extra: str, proxy: FaultProxy | None = None
-    ) -> ControllerProcess:
-        """A replica that sees only the test's namespace: jobs other tests leave behind
-        (in namespaces being deleted) would add requests of their own to the record."""
-        return ControllerProcess(
-            self.cluster,
-            f"--namespace={self.namespace}",
-            "--leader-elect",
-            "--leader-election-namespace=default",
-            f"--leader-election-id={self.lease}",
-            f"--leader-election-identity={identity}",
-            *extra,
-            kubeconfig=proxy.kubeconfig() if proxy is not None else None,
-            log_name=f"tfjob-controller-{identity}",
-        )
-
-
-@pytest.fixture
-def stage(
-    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str, tmp_path: Path
-) -> Iterator[Stage]:
-    s = Stage(
-        cluster, kube, namespace, f"tfjob-controller-fencing-{uuid.uuid4().hex[:8]}", tmp_path
-    )
-    controller.stop()
-    try:
-        yield s
-    finally:
-        controller.start()
-        if kube.req("GET", s.lease_path) is not None:
-            kube.req("DELETE", s.lease_path)
 
 
 def busy_job(name: str) -> dict[str, Any]:

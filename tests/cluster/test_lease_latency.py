@@ -21,18 +21,14 @@ from __future__ import annotations
 
 import itertools
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.faultproxy import FaultProxy, Injection, Seen
-from tests.cluster.kube import ControllerProcess, Kube, wait_for, wait_job
+from tests.cluster.kube import Kube, wait_for, wait_job
+from tests.cluster.lease_stage import Stage
 from tests.cluster.policy_helpers import leading, make_job
-from tests.conftest import Cluster
 
 #: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
 pytestmark = pytest.mark.local_only
@@ -57,45 +53,6 @@ class Slow:
 
     def __call__(self, method: str, path: str) -> Injection | None:
         return Injection(delay=LATENCY) if self.armed else None
-
-
-@dataclass
-class Stage:
-    cluster: Cluster
-    namespace: str
-    lease: str
-    workdir: Path
-
-    @property
-    def lease_path(self) -> str:
-        return f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{self.lease}"
-
-    def replica(self, identity: str, kubeconfig: str | None = None) -> ControllerProcess:
-        return ControllerProcess(
-            self.cluster,
-            f"--namespace={self.namespace}",
-            "--leader-elect",
-            "--leader-election-namespace=default",
-            f"--leader-election-id={self.lease}",
-            f"--leader-election-identity={identity}",
-            kubeconfig=kubeconfig,
-            log_name=f"tfjob-controller-{identity}",
-        )
-
-
-@pytest.fixture
-def stage(
-    cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str, tmp_path: Path
-) -> Iterator[Stage]:
-    """A Lease of the test's own and no session controller acting beside its replicas."""
-    s = Stage(cluster, namespace, f"tfjob-controller-latency-{uuid.uuid4().hex[:8]}", tmp_path)
-    controller.stop()
-    try:
-        yield s
-    finally:
-        controller.start()
-        if kube.req("GET", s.lease_path) is not None:
-            kube.req("DELETE", s.lease_path)
 
 
 def phase(pod: dict[str, Any] | None) -> str | None:
@@ -123,7 +80,7 @@ def test_a_minute_of_2s_round_trips_keeps_the_leader_leading(stage: Stage, kube:
     fault = Slow()
     proxy = FaultProxy(stage.cluster, stage.workdir, fault)
     proxy.start()
-    leader = stage.replica("slow", kubeconfig=proxy.kubeconfig())
+    leader = stage.replica("slow", proxy=proxy)
     follower = stage.replica("direct")
     try:
         leader.start()
