@@ -3,7 +3,9 @@
 - Work queues (client-go names, label ``name``): workqueue_depth, workqueue_adds_total,
   workqueue_queue_duration_seconds, workqueue_work_duration_seconds,
   workqueue_unfinished_work_seconds, workqueue_longest_running_processor_seconds,
-  workqueue_retries_total. Histogram buckets 1us to 1000s (powers of 10), as client-go.
+  workqueue_retries_total, and one of ours: workqueue_waiting_items (items parked by a
+  delayed or rate-limited requeue until their time comes). Histogram buckets 1us to
+  1000s (powers of 10), as client-go.
   ``adds`` counts only adds that made the item dirty (deduped adds are free); queue
   duration runs from the first add to get, work duration from get to done. The two
   in-flight gauges are computed at scrape time instead of on a 500ms ticker.
@@ -12,7 +14,9 @@
   | requeue | requeue_after, controller_runtime_reconcile_errors_total,
   controller_runtime_terminal_reconcile_errors_total,
   controller_runtime_reconcile_time_seconds, controller_runtime_active_workers,
-  controller_runtime_max_concurrent_reconciles.
+  controller_runtime_max_concurrent_reconciles; and ours,
+  controller_background_work (writes reconciles handed off to run in the background,
+  such as creates waiting for the client's rate limit, not finished yet).
 - event_loop_lag_seconds: how late the event loop woke a periodic sleeper
   (controller.looplag); anything above a few ms is a callback that blocked the loop.
 - leader_election_master_status{name}: 1 while this process holds the lease named
@@ -177,6 +181,19 @@ class Metrics:
             ["controller"],
             registry=r,
         )
+        self.wq_waiting = Gauge(
+            "workqueue_waiting_items",
+            "Items parked by a delayed or rate-limited requeue, not yet due",
+            ["name"],
+            registry=r,
+        )
+        self.background_work = Gauge(
+            "controller_background_work",
+            "Writes that reconciles handed off to run in the background (creates at the"
+            " client's rate limit, status writes), queued or running",
+            ["controller"],
+            registry=r,
+        )
         self.max_concurrent = Gauge(
             "controller_runtime_max_concurrent_reconciles",
             "Maximum number of concurrent reconciles per controller",
@@ -209,6 +226,14 @@ class Metrics:
 
     def reconciles(self, controller: str, workers: int) -> ReconcileMetrics:
         return ReconcileMetrics(self, controller, workers)
+
+    def pending(
+        self, name: str, waiting: Callable[[], float], background: Callable[[], float]
+    ) -> None:
+        """Read the queue's parked requeues and the controller's background work at each
+        scrape (queue and controller share ``name``)."""
+        self.wq_waiting.labels(name).set_function(waiting)
+        self.background_work.labels(name).set_function(background)
 
     def event_dropped(self, why: str) -> None:
         """Pass as EventRecorder's ``on_drop``."""

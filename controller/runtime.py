@@ -67,9 +67,14 @@ class Controller:
         self._metrics: ReconcileMetrics | None = (
             metrics.reconciles(name, workers) if metrics else None
         )
+        if metrics is not None:
+            metrics.pending(name, lambda: self.queue.waiting, self._spawned)
         self._stopping = False
         self._idle: anyio.Event | None = None
         self._in_flight = 0
+
+    def _spawned(self) -> int:
+        return self.background.backlog() if self.background is not None else 0
 
     # handlers call these; they never block
     def enqueue(self, key: str) -> None:
@@ -81,6 +86,19 @@ class Controller:
     @property
     def in_flight(self) -> int:
         return self._in_flight
+
+    def describe(self, key: str) -> dict[str, object]:
+        """What the controller has pending for ``key``: queued, being reconciled, a
+        requeue parked (seconds to go), spawned work not finished. All false, None and
+        0: nothing about the key is pending, bar a requeue further off."""
+        state = self.queue.state(key)
+        return {
+            "key": key,
+            "queued": state.queued,
+            "processing": state.processing,
+            "requeue_in": state.requeue_in,
+            "spawned": self.background.backlog(key) if self.background is not None else 0,
+        }
 
     async def wait_idle(self) -> None:
         """Wait until no reconcile, and no work a reconcile spawned, is running."""

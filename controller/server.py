@@ -1,4 +1,4 @@
-"""HTTP endpoints: /metrics, /healthz, /readyz.
+"""HTTP endpoints: /metrics, /debug/queue, /healthz, /readyz.
 
 Contract: one server per distinct bind address. With the defaults
 (--metrics-bind-address :8080, --health-probe-bind-address :8081) that is two servers,
@@ -6,12 +6,17 @@ Contract: one server per distinct bind address. With the defaults
 address, one server serves all three paths. An address of "0" disables that endpoint
 set (controller-runtime's convention). ":8080" binds every interface.
 
+- /debug/queue?key=<namespace>/<name> (on the metrics address, when the process gives
+  a ``debug`` function): a JSON object saying what is pending for that key (queued, in
+  a reconcile, a requeue parked, background work), for "why has nothing happened to my
+  job yet", and the tests' barrier. 400 without a key.
+
 - /healthz: 200 while every health check passes (the process is alive and, when
   leading, still renewing); 500 otherwise.
 - /readyz: 200 once every readiness check passes (caches synced); 500 before.
 Checks are plain callables returning bool, so this module knows nothing of informers.
 
-The server is a few lines of HTTP/1.1 on anyio's TCP listeners: three GET paths, one
+The server is a few lines of HTTP/1.1 on anyio's TCP listeners: four GET paths, one
 request per connection (``Connection: close``), which is all a kubelet probe or a
 Prometheus scrape needs; a web framework for it cost 2 MB and 30 ms of start-up.
 
@@ -32,11 +37,13 @@ from __future__ import annotations
 
 import argparse
 import socket
+import urllib.parse
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import anyio
 import anyio.abc
+import orjson
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
 
@@ -60,6 +67,9 @@ MAX_CONNECTIONS = 256
 ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX = 0.005, 1.0
 
 Response = tuple[int, str, bytes]  # status, content type, body
+Query = dict[str, str]  # a request's query parameters, the last value of each
+Handler = Callable[[Query], Response]
+Debug = Callable[[str], dict[str, object]]
 
 
 class HasRegistry(Protocol):
@@ -120,6 +130,7 @@ class ProbeServers:
         registry: Registry | None = None,
         health_checks: Sequence[Check] = (),
         ready_checks: Sequence[Check] = (),
+        debug: Debug | None = None,
         max_connections: int = MAX_CONNECTIONS,
         head_timeout: float = HEAD_TIMEOUT_SECONDS,
         write_timeout: float = WRITE_TIMEOUT_SECONDS,
@@ -131,13 +142,17 @@ class ProbeServers:
         self.health_checks = list(health_checks)
         self.ready_checks = list(ready_checks)
         #: the paths each bind address serves
-        self._routes: dict[str, dict[str, Callable[[], Response]]] = {}
+        self._routes: dict[str, dict[str, Handler]] = {}
+        self._debug = debug
         if metrics_address != "0":
-            self._routes.setdefault(metrics_address, {})["/metrics"] = self._metrics
+            routes = self._routes.setdefault(metrics_address, {})
+            routes["/metrics"] = lambda _: self._metrics()
+            if debug is not None:
+                routes["/debug/queue"] = self._debug_queue
         if health_address != "0":
             routes = self._routes.setdefault(health_address, {})
-            routes["/healthz"] = lambda: _check(self.health_checks, "healthz")
-            routes["/readyz"] = lambda: _check(self.ready_checks, "readyz")
+            routes["/healthz"] = lambda _: _check(self.health_checks, "healthz")
+            routes["/readyz"] = lambda _: _check(self.ready_checks, "readyz")
         #: bound (host, port) per address after start, for tests using port 0
         self.bound: dict[str, tuple[str, int]] = {}
 
@@ -145,6 +160,12 @@ class ProbeServers:
         if self.registry is None:
             return 404, "text/plain", b"not found\n"
         return 200, CONTENT_TYPE, self.registry.expose()
+
+    def _debug_queue(self, query: Query) -> Response:
+        key = query.get("key")
+        if not key or self._debug is None:
+            return 400, "text/plain", b"key=<namespace>/<name> is required\n"
+        return 200, "application/json", orjson.dumps(self._debug(key)) + b"\n"
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen on every address, report started, serve until cancelled."""
@@ -165,7 +186,7 @@ class ProbeServers:
     async def _serve_address(
         self,
         listeners: list[anyio.abc.SocketListener],
-        routes: dict[str, Callable[[], Response]],
+        routes: dict[str, Handler],
     ) -> None:
         # one cap for the address, however many sockets (IPv4, IPv6) it listens on
         slots = anyio.Semaphore(self.max_connections)
@@ -181,7 +202,7 @@ class ProbeServers:
     async def _accept(
         self,
         listener: anyio.abc.SocketListener,
-        routes: dict[str, Callable[[], Response]],
+        routes: dict[str, Handler],
         slots: anyio.Semaphore,
         tg: TaskGroup,
     ) -> None:
@@ -209,7 +230,7 @@ class ProbeServers:
     async def _handle(
         self,
         stream: SocketStream,
-        routes: dict[str, Callable[[], Response]],
+        routes: dict[str, Handler],
         slots: anyio.Semaphore,
     ) -> None:
         try:
@@ -218,9 +239,7 @@ class ProbeServers:
         finally:
             slots.release()
 
-    async def _answer(
-        self, stream: SocketStream, routes: dict[str, Callable[[], Response]]
-    ) -> None:
+    async def _answer(self, stream: SocketStream, routes: dict[str, Handler]) -> None:
         try:
             with anyio.fail_after(self.head_timeout):
                 head = await _read_head(stream)
@@ -230,14 +249,14 @@ class ProbeServers:
             status, ctype, body = 400, "text/plain", b"bad request\n"
             method = "GET"
         else:
-            method, path = head
+            method, path, query = head
             handler = routes.get(path)
             if handler is None:
                 status, ctype, body = 404, "text/plain", b"not found\n"
             elif method not in ("GET", "HEAD"):
                 status, ctype, body = 405, "text/plain", b"method not allowed\n"
             else:
-                status, ctype, body = handler()
+                status, ctype, body = handler(query)
         reply = (
             f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
             f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
@@ -278,8 +297,8 @@ async def _listen(host: str | None, port: int) -> list[anyio.abc.SocketListener]
     return listeners
 
 
-async def _read_head(stream: SocketStream) -> tuple[str, str] | None:
-    """(method, path) of the request, or None for a malformed or oversized one."""
+async def _read_head(stream: SocketStream) -> tuple[str, str, Query] | None:
+    """(method, path, query) of the request, or None for a malformed or oversized one."""
     data = b""
     while b"\r\n\r\n" not in data:
         if len(data) > MAX_HEAD_BYTES:
@@ -289,8 +308,8 @@ async def _read_head(stream: SocketStream) -> tuple[str, str] | None:
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
         return None
     method = parts[0].decode("ascii", "replace")
-    path = parts[1].decode("ascii", "replace").split("?", 1)[0]
-    return method, path
+    path, _, query = parts[1].decode("ascii", "replace").partition("?")
+    return method, path, dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
 
 
 def serve_probes(
@@ -300,13 +319,16 @@ def serve_probes(
     health_address: str = ":8081",
     ready: Check | None = None,
     healthy: Check | None = None,
+    debug: Debug | None = None,
 ) -> Callable[..., Coroutine[Any, Any, None]]:
-    """A Manager service serving /metrics from ``metrics.registry`` and the probes."""
+    """A Manager service serving /metrics from ``metrics.registry``, /debug/queue from
+    ``debug`` and the probes."""
     servers = ProbeServers(
         metrics_address=metrics_address,
         health_address=health_address,
         registry=metrics.registry if metrics is not None else None,
         health_checks=[healthy] if healthy else [],
         ready_checks=[ready] if ready else [],
+        debug=debug,
     )
     return servers.serve

@@ -28,6 +28,7 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import anyio
@@ -67,6 +68,14 @@ class _NoMetrics:
 
     def retry(self) -> None:
         pass
+
+
+@dataclass(frozen=True, slots=True)
+class ItemState:
+    queued: bool
+    processing: bool
+    #: seconds until a parked add_after releases the item; None when none is parked
+    requeue_in: float | None
 
 
 class WorkQueue(Generic[T]):
@@ -161,6 +170,16 @@ class WorkQueue(Generic[T]):
     def waiting(self) -> int:
         """Items parked by add_after."""
         return len(self._ready_at)
+
+    def state(self, item: T) -> ItemState:
+        """Where ``item`` is now: queued (or to be queued again when its current pass is
+        done), being processed, parked until a time."""
+        ready_at = self._ready_at.get(item)
+        return ItemState(
+            queued=item in self._dirty,
+            processing=item in self._processing,
+            requeue_in=None if ready_at is None else max(0.0, ready_at - self._clock.monotonic()),
+        )
 
     # ---- shutdown ---------------------------------------------------------------
 

@@ -39,6 +39,15 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# One build at a time per cache: two sessions (or a test run and a benchmark) starting
+# together would otherwise compile the same binaries into the same temporary files.
+mkdir -p "$CACHE_ROOT"
+exec 9>"$CACHE_ROOT/.build.lock"
+if ! flock -n 9; then
+  log "another build holds $CACHE_ROOT/.build.lock; waiting for it"
+  flock 9
+fi
+
 # The gang scheduler and its controller: their versions come from the wrapper's go.mod,
 # and the cache key also carries a hash of the wrapper (every file of it), so an edited
 # wrapper, or one that gained a binary, is built again in an entry of its own.

@@ -44,7 +44,12 @@ from controller.metrics import Metrics
 from controller.pacer import Pacer
 from controller.runtime import Controller
 from controller.server import add_server_flags, serve_probes
-from controller.store import IndexFunc, index_by_controller_name, index_by_controller_uid
+from controller.store import (
+    IndexFunc,
+    index_by_controller_name,
+    index_by_controller_uid,
+    resource_version_of,
+)
 from controller.transforms import Transform, chain_transforms, strip_managed_fields
 from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX
 from controller.workqueue import WorkQueue
@@ -248,13 +253,19 @@ def with_identity(settings: ClientSettings, identity: str) -> ClientSettings:
     return replace(settings, user_agent=f"{settings.user_agent}/{identity}")
 
 
+def client_settings(args: argparse.Namespace) -> tuple[str, ClientSettings]:
+    """The replica's identity (the flag's, else one of its own) and the settings of its
+    API client, which name it in every request."""
+    identity = args.leader_election_identity or default_identity()
+    settings = ClientSettings(
+        qps=args.kube_api_qps, burst=args.kube_api_burst, tick=args.kube_api_tick
+    )
+    return identity, with_identity(settings, identity)
+
+
 async def run(args: argparse.Namespace) -> int:
     clock = SystemClock()
-    identity = args.leader_election_identity or default_identity()
-    settings = with_identity(
-        ClientSettings(qps=args.kube_api_qps, burst=args.kube_api_burst, tick=args.kube_api_tick),
-        identity,
-    )
+    identity, settings = client_settings(args)
     api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)
     gang = gang_from_flag(args.gang_scheduler_name)
     async with api, contextlib.AsyncExitStack() as stack:
@@ -377,6 +388,14 @@ async def run(args: argparse.Namespace) -> int:
         def ready() -> bool:
             return manager.caches_synced
 
+        def pending(key: str) -> dict[str, object]:
+            """/debug/queue: the controller's view of the key, and which version of the
+            TFJob its cache holds (so a caller that wrote the job can tell whether the
+            controller has seen that write yet)."""
+            job = job_informer.store.get_by_key(key)
+            seen = resource_version_of(job) if job is not None else None
+            return {**ctrl.describe(key), "cached_resource_version": seen}
+
         manager = Manager(
             on_synced=heap.settle,
             informers=informers,
@@ -395,6 +414,7 @@ async def run(args: argparse.Namespace) -> int:
                     ready=ready,
                     # A lease that stopped renewing makes the process unhealthy.
                     healthy=elector.healthy if elector is not None else None,
+                    debug=pending,
                 ),
             ],
         )

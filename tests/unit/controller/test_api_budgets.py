@@ -48,18 +48,18 @@ async def test_a_sibling_has_its_own_bucket_and_shares_the_connections(apiserver
 async def test_status_writes_and_watches_keep_exact_time_while_the_rest_wait_for_the_tick(
     apiserver: str,
 ) -> None:
-    from tfjob_controller.app import Budgets, parse_args
+    from tfjob_controller.app import Budgets, client_settings, parse_args
 
-    tick = parse_args([]).kube_api_tick
-    assert tick == 0.1
-    api = KubeApi(Configuration(host=apiserver), ClientSettings(tick=tick))
+    _, settings = client_settings(parse_args(["--kube-api-tick", "0.25"]))
+    tick = settings.tick
+    api = KubeApi(Configuration(host=apiserver), settings)
     budgets = Budgets(api)
     try:
         assert budgets.jobs.settings.tick == 0.0, "status writes go out when their token is due"
         assert budgets.watches.settings.tick == 0.0
         assert budgets.events.settings.tick == tick
-        assert budgets.podgroups.settings.tick == tick
-        assert parse_args(["--kube-api-tick", "0"]).kube_api_tick == 0.0
+        assert budgets.podgroups.settings.tick == tick == 0.25
+        assert api.settings.tick == tick, "pod and service writes keep the flag's tick"
     finally:
         await api.close()
 

@@ -9,6 +9,7 @@ import pytest
 import structlog
 
 from controller import errors
+from controller.background import Background
 from controller.clock import FakeClock
 from controller.manager import Manager
 from controller.metrics import Metrics
@@ -382,3 +383,50 @@ async def test_a_second_signal_during_the_drain_exits_1_at_once() -> None:
         assert manager._root is not None
         manager._root.cancel_scope.cancel()  # what the second signal does
     assert codes == [1]
+
+
+async def test_describe_and_the_pending_gauges_say_what_waits_for_a_key() -> None:
+    """/debug/queue's answer and the two gauges operators read: a key queued, in a pass,
+    parked for a requeue, or with background work unfinished."""
+    clock = FakeClock()
+    metrics = Metrics()
+    queue = WorkQueue[str]("p", clock=clock, metrics=metrics.queue("p", clock))
+    background: Background[str] = Background(queue)
+    ctl = Controller(
+        "p", ScriptedReconciler(), clock=clock, metrics=metrics, queue=queue, background=background
+    )
+    idle = {"key": "ns/a", "queued": False, "processing": False, "requeue_in": None, "spawned": 0}
+    assert ctl.describe("ns/a") == idle
+    queue.add("ns/a")
+    assert ctl.describe("ns/a") == {**idle, "queued": True}
+    assert queue.get_nowait() == "ns/a"
+    assert ctl.describe("ns/a") == {**idle, "processing": True}
+    queue.add("ns/a")  # changed while in its pass: queued again once the pass is done
+    assert ctl.describe("ns/a") == {**idle, "processing": True, "queued": True}
+    queue.done("ns/a")
+    assert ctl.describe("ns/a") == {**idle, "queued": True}
+
+    queue.add_after("ns/b", 3.0)
+    clock.advance(1.0)
+    assert ctl.describe("ns/b")["requeue_in"] == pytest.approx(2.0)
+    assert ctl.describe("ns/a")["requeue_in"] is None
+    assert sample(metrics, "workqueue_waiting_items", name="p") == 1
+
+    release = anyio.Event()
+
+    async def create() -> None:
+        await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        background.spawn("ns/a", create)
+        background.spawn("ns/a", create)
+        background.spawn("ns/c", create)
+        assert ctl.describe("ns/a")["spawned"] == 2
+        assert ctl.describe("ns/c")["spawned"] == 1
+        assert sample(metrics, "controller_background_work", controller="p") == 3
+        release.set()
+        await until(lambda: background.backlog() == 0)
+        assert ctl.describe("ns/a")["spawned"] == 0
+        assert sample(metrics, "controller_background_work", controller="p") == 0
+        tg.cancel_scope.cancel()

@@ -76,6 +76,33 @@ async def test_two_servers_when_addresses_differ() -> None:
         tg.cancel_scope.cancel()
 
 
+async def test_debug_queue_answers_for_the_key_asked() -> None:
+    asked: list[str] = []
+
+    def pending(key: str) -> dict[str, object]:
+        asked.append(key)
+        return {"key": key, "queued": True}
+
+    servers = ProbeServers(
+        metrics_address="127.0.0.1:0", health_address="0", registry=Metrics().registry,
+        debug=pending,
+    )  # fmt: skip
+    bare = ProbeServers(metrics_address="127.0.0.1:0", health_address="0")
+    async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
+        await tg.start(servers.serve)
+        await tg.start(bare.serve)
+        (bound,) = servers.bound.values()
+        status, text = await fetch(session, bound, "/debug/queue?key=team-a%2Fmnist&x=1")
+        assert status == 200 and json.loads(text) == {"key": "team-a/mnist", "queued": True}
+        assert (await fetch(session, bound, "/debug/queue"))[0] == 400
+        assert (await fetch(session, bound, "/debug/queue?key="))[0] == 400
+        assert asked == ["team-a/mnist"]
+        # a process that gives no debug function serves no such path
+        (bare_bound,) = bare.bound.values()
+        assert (await fetch(session, bare_bound, "/debug/queue?key=a/b"))[0] == 404
+        tg.cancel_scope.cancel()
+
+
 async def raw_request(bound: tuple[str, int], data: bytes) -> bytes:
     async with await anyio.connect_tcp(bound[0], bound[1]) as stream:
         await stream.send(data)
