@@ -6,6 +6,7 @@ the pod-history checks use a real watch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -110,6 +111,14 @@ class ControllerProcess:
             f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
         ) as r:
             return str(r.read().decode())
+
+    def pending(self, key: str) -> dict[str, Any]:
+        """The controller's /debug/queue answer for ``key`` (<namespace>/<name>)."""
+        query = urllib.parse.urlencode({"key": key})
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/debug/queue?{query}", timeout=5
+        ) as r:
+            return dict(json.loads(r.read()))
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         assert self.proc is not None
@@ -276,6 +285,24 @@ def wait_namespaces_gone(kube: Kube, timeout: float = 180) -> None:
         timeout,
         "earlier tests' namespaces to be gone",
     )
+
+
+@contextlib.contextmanager
+def in_place_of(
+    session: ControllerProcess, own: ControllerProcess, kube: Kube
+) -> Iterator[ControllerProcess]:
+    """Run ``own`` with the session's controller stopped, one controller acting at a
+    time (once other tests' namespaces are gone, so it acts on nothing of theirs); the
+    session's starts again whatever happens, and ``own`` must exit 0 when stopped."""
+    wait_namespaces_gone(kube)
+    session.stop()
+    try:
+        own.start()
+        yield own
+    finally:
+        code = own.stop()
+        session.start()
+    assert code == 0, f"{own.log_path} exited {code}"
 
 
 def sample(name: str = "tfjob-chief-ps-workers") -> dict[str, Any]:

@@ -173,22 +173,48 @@ def leading(c: ControllerProcess) -> bool:
     return metric(c.metrics(), "leader_election_master_status") == 1
 
 
-def settled(kube: Kube, controller: ControllerProcess, ns: str, job: str) -> None:
-    """Poke the job (an annotation) and wait until the controller has reconciled since
-    and its queue is empty with no work in progress: whatever the controller was going to
-    do about the current world, it has done."""
-    before = metric(controller.metrics(), "controller_runtime_reconcile_total")
-    kube.patch_tfjob(ns, job, {"metadata": {"annotations": {"test/poke": str(time.monotonic())}}})
+#: A requeue due within this many seconds is work the controller is about to do (a
+#: status write's pacing, the recheck after background creates, a short backoff): the
+#: barrier waits for it. One further off (a deadline, a TTL, a long backoff) is the
+#: future, which a test waits for by name.
+SOON_SECONDS = 15.0
+
+
+def settled(
+    kube: Kube, controller: ControllerProcess, ns: str, job: str, soon: float = SOON_SECONDS
+) -> None:
+    """Poke the job (an annotation) and wait until the controller's cache holds the poke
+    and nothing is pending for the job: not queued, not in a reconcile, no background
+    work (creates at the rate limit, a status write) unfinished, no requeue due within
+    ``soon`` seconds. Whatever the controller was going to do about the current world,
+    it has done. Per job, from the controller's /debug/queue, so other jobs' work on a
+    shared controller neither holds the barrier nor ends it early."""
+    poked = kube.patch_tfjob(
+        ns, job, {"metadata": {"annotations": {"test/poke": str(time.monotonic())}}}
+    )
+    version = int(poked["metadata"]["resourceVersion"])
+    last: dict[str, Any] = {}
 
     def idle() -> bool:
-        text = controller.metrics()
+        last.clear()
+        last.update(controller.pending(f"{ns}/{job}"))
+        seen = last["cached_resource_version"]
+        requeue_in = last["requeue_in"]
         return (
-            metric(text, "controller_runtime_reconcile_total") > before
-            and metric(text, "workqueue_depth") == 0
-            and metric(text, "controller_runtime_active_workers") == 0
+            # The handler queued the job when its cache took the poke: idle after
+            # that means a pass ran since.
+            seen is not None
+            and int(seen) >= version
+            and not last["queued"]
+            and not last["processing"]
+            and last["spawned"] == 0
+            and (requeue_in is None or requeue_in > soon)
         )
 
-    wait_for(idle, 20, "controller idle after a reconcile")
+    try:
+        wait_for(idle, soon + 30, f"the controller idle for {ns}/{job}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; its /debug/queue said {last}") from None
 
 
 class JobHistory(WatchThread):

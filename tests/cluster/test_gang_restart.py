@@ -30,8 +30,6 @@ ANNOTATION = "training.kubeflow.org/gang-restart"
 def slow_backoff(
     cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str
 ) -> Iterator[ControllerProcess]:
-    k.wait_namespaces_gone(kube)
-    controller.stop()
     own = ControllerProcess(
         cluster,
         "--restart-backoff-base=2",
@@ -39,13 +37,8 @@ def slow_backoff(
         f"--namespace={namespace}",
         log_name="gang-restart",
     )
-    try:
-        own.start()
+    with k.in_place_of(controller, own, kube):
         yield own
-    finally:
-        code = own.stop()
-        controller.start()
-    assert code == 0
 
 
 def test_a_worker_exit_restarts_the_whole_gang_once_and_backoff_limit_holds(

@@ -55,10 +55,17 @@ def test_training_client_end_to_end(
     name = "tfjob-mnist-ci-test"
     tc.create_job(job=sdk_tfjob(name, namespace, workers=2), namespace=namespace)
 
+    # What the SDK serialised arrived as the API spells it (camelCase, the template
+    # whole), read back with another client; and the SDK reads the stored object.
+    raw = kube.tfjob(namespace, name) or {}
+    worker = raw["spec"]["tfReplicaSpecs"]["Worker"]
+    assert (worker["replicas"], worker["restartPolicy"]) == (2, "Never")
+    (container,) = worker["template"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"memory": "1Gi", "cpu": "0.5"}
+    assert raw["spec"]["runPolicy"]["cleanPodPolicy"] == "None"
     job = tc.get_job(name, namespace)
-    assert job.metadata.name == name
-    assert job.spec.run_policy is not None
-    assert [j.metadata.name for j in tc.list_jobs(namespace)] == [name]
+    assert job.metadata.uid == raw["metadata"]["uid"]
+    assert [j.metadata.uid for j in tc.list_jobs(namespace)] == [raw["metadata"]["uid"]]
 
     # Training "finishes" once worker-0 (the master role without a Chief) exits 0.
     def finish_master() -> None:
@@ -81,7 +88,16 @@ def test_training_client_end_to_end(
         name, namespace, expected_conditions={"Succeeded"}, wait_timeout=90, polling_interval=1
     )
     finisher.join()
-    assert len(done.status.conditions) >= 2
+    # our status, as the SDK's models read it
+    assert [(c.type, c.status) for c in done.status.conditions] == [
+        ("Created", "True"),
+        ("Running", "False"),
+        ("Succeeded", "True"),
+    ]
+    # as upstream: on success the replicas still active count as succeeded
+    workers = done.status.replica_statuses["Worker"]
+    assert (workers.succeeded, workers.active or 0) == (2, 0)
+    assert done.status.start_time <= done.status.completion_time
     assert tc.is_job_created(name, namespace, job=done)
     assert tc.is_job_succeeded(name, namespace, job=done)
     assert not tc.is_job_running(name, namespace, job=done)
