@@ -3,9 +3,11 @@ so far must have done (README, "Run policies").
 
 - a graceful delete, a force delete (grace 0) or an eviction of a pod the controller knew
   to be running is a disruption: replaced, never counted against backoffLimit;
-- a container killed (exit 137) is a retry under OnFailure, Always and ExitCode (≥ 128),
-  and ends the job under Never (``failed`` 1, Failed); a retry past ``backoffLimit`` fails
-  the job with the backoff reason;
+- a container killed (exit 137) is a retry, counted once in ``restarts``, under OnFailure
+  and Always (the kubelet restarts it in place: same pod, Running, restartCount up by
+  one) and under ExitCode (≥ 128: the pod fails and the controller replaces it); it ends
+  the job under Never (``failed`` 1, Failed). A retry past ``backoffLimit`` fails the job
+  with the backoff reason;
 - a job that survives its faults Succeeds once its chief (or worker 0) exits 0.
 
 The driver applies a fault to the model *before* it sends it, so the stored status can

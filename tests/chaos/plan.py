@@ -136,7 +136,8 @@ def make_plan(seed: int, size: Size) -> Plan:
 HELP = {
     "jobs": "concurrent TFJobs",
     "kills": "pod kills, split over graceful delete, force delete and eviction",
-    "exits": "container kills (exit 137): retries, or failures under Never",
+    "exits": "container kills (exit 137): retries (in place under OnFailure and Always), or"
+    " failures under Never",
     "partitions": "times the leader is cut off by its proxy",
     "watch_fault_every": "seconds between watch faults (reset, stall, latency)",
     "duration": "seconds over which the faults are spread",

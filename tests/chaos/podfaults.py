@@ -1,7 +1,11 @@
 """Pod faults: graceful delete, force delete (grace 0), eviction (the Eviction API) and a
-container kill (exit 137 through kwok's exit-code annotation).
+container kill (exit 137 through kwok's exit-code annotation). kwok does what a kubelet
+does with the kill: under OnFailure and Always it restarts the container in place (the
+pod stays Running, its restartCount goes up), under Never (ExitCode's pods too) the pod
+fails.
 
-A fault waits until its target is fair — the pod is Running and not hit before, the job
+A fault waits until its target is fair — the pod is Running and not hit before (a pod
+restarted in place is a fair target again once its restart is counted), the job
 is neither suspended nor finished, its earlier faults are all in its status and the
 status lists the index as active — because a pod removed before the controller ever saw
 it running cannot be told from one that never existed (README, "Run policies"), and the
@@ -17,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconcile.pods import restart_count
 from reconcile.status_types import parse_indexes
 from tests.chaos.env import Api, Unreachable
 from tests.chaos.history import History, counters, live, true_condition
@@ -58,7 +63,9 @@ class PodFaults:
     ns: str
     applied: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
-    _hit: set[str] = field(default_factory=set)
+    #: (pod UID, restartCount) of every pod hit: a pod restarted in place is another
+    #: run of its program, and may be hit again
+    _hit: set[tuple[str, int]] = field(default_factory=set)
 
     def _target(self, m: JobModel, rtype: str, index: int) -> dict[str, Any] | None:
         job = self.history.jobs.by_name(m.name)
@@ -67,7 +74,7 @@ class PodFaults:
         pod = self.history.pods.by_name(f"{m.name}-{rtype.lower()}-{index}")
         if pod is None or not live(pod) or (pod.get("status") or {}).get("phase") != "Running":
             return None
-        if pod["metadata"]["uid"] in self._hit:
+        if _run(pod) in self._hit:
             return None
         status = job.get("status") or {}
         if counters(status, rtype) != m.counts(rtype):
@@ -105,7 +112,7 @@ class PodFaults:
                 self.skipped[f.kind] += 1
                 say(f"fault {f.kind} on {m.name} {rtype}-{index} skipped: never a fair target")
                 return
-            self._hit.add(pod["metadata"]["uid"])
+            self._hit.add(_run(pod))
             token = m.apply(f.kind, rtype)
             if await self._send(f.kind, pod):
                 self.applied[f.kind] += 1
@@ -120,6 +127,7 @@ class PodFaults:
         out on): then what the API and the watch history show decides, never a retry's
         404 or 409 alone, since the first attempt may have killed and replaced the pod."""
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        restarts = restart_count(pod)
         path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
         ambiguous = False
         deadline = time.monotonic() + TARGET_PATIENCE
@@ -132,10 +140,10 @@ class PodFaults:
                 return True
             if status in (404, 409, 422):
                 # gone or replaced meanwhile: ours only if an earlier attempt did it
-                return ambiguous and await self._landed(kind, path, uid)
+                return ambiguous and await self._landed(kind, path, uid, restarts)
             if status != 429:
                 ambiguous = True
-                if await self._landed(kind, path, uid):
+                if await self._landed(kind, path, uid, restarts):
                     return True
             await asyncio.sleep(0.5)
         return False
@@ -161,9 +169,11 @@ class PodFaults:
             status, _ = await self.api.once("PATCH", path, patch, "application/merge-patch+json")
         return status
 
-    async def _landed(self, kind: str, path: str, uid: str) -> bool:
+    async def _landed(self, kind: str, path: str, uid: str, restarts: int) -> bool:
         """Whether an attempt whose answer was lost or ambiguous took effect: the pod as
-        the API shows it now, or, once it is gone, as the watch history last saw it."""
+        the API shows it now, or, once it is gone, as the watch history last saw it. An
+        exit landed if the annotation is there still, or was consumed by an in-place
+        restart (restartCount above ``restarts``), or the pod failed."""
         status, pod = await self.api.call("GET", path)
         if status == 200 and (pod or {}).get("metadata", {}).get("uid") == uid:
             versions = [pod]
@@ -174,7 +184,13 @@ class PodFaults:
         if kind == EXIT:
             return any(
                 EXIT_ANNOTATION in (p["metadata"].get("annotations") or {})
+                or restart_count(p) > restarts
                 or (p.get("status") or {}).get("phase") == "Failed"
                 for p in versions
             )
         return bool(versions[-1]["metadata"].get("deletionTimestamp"))
+
+
+def _run(pod: dict[str, Any]) -> tuple[str, int]:
+    """One run of a pod's program: its UID and how often it was restarted in place."""
+    return pod["metadata"]["uid"], restart_count(pod)

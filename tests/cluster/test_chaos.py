@@ -2,7 +2,9 @@
 
 The kills come from a seeded RNG and are planned up front; a small model of the run
 policies says what each kill must do (a disruption, a counted retry, the end of the job),
-so the final state of every job is asserted exactly. A kill waits only until its target
+so the final state of every job is asserted exactly. A container killed (exit 137) under
+OnFailure or Always is restarted in place by kwok, as by a kubelet: a retry counted from
+the pod's restartCount, no new pod. A kill waits only until its target
 pod is running (never for the whole job to recover), so retries, replacements and kills
 of other jobs overlap; PodHistory checks throughout that no index ever has two live pods.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from reconcile.pods import restart_count
 from reconcile.status_types import parse_indexes
 from tests.cluster.kube import (
     ControllerProcess,
@@ -54,6 +57,9 @@ class Model:
     restarts: dict[str, int] = field(default_factory=dict)
     disruptions: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
+    #: pods the controller must make in place of ended ones: every disruption, and every
+    #: retry under ExitCode (OnFailure and Always restart in place)
+    replaced: int = 0
     outcome: tuple[str, str] | None = None  # (condition type, message) once decided
 
     @property
@@ -69,6 +75,7 @@ class Model:
     def kill(self, rtype: str, kind: str, ns: str) -> None:
         if kind == DELETE:
             self.disruptions[rtype] = self.disruptions.get(rtype, 0) + 1
+            self.replaced += 1
             return
         if self.specs[rtype]["restartPolicy"] == "Never":
             self.failed[rtype] = 1
@@ -78,6 +85,8 @@ class Model:
             )
             return
         self.restarts[rtype] = self.restarts.get(rtype, 0) + 1
+        if self.specs[rtype]["restartPolicy"] == "ExitCode":
+            self.replaced += 1
         if self.backoff_limit is not None and sum(self.restarts.values()) > self.backoff_limit:
             self.outcome = (
                 "Failed",
@@ -99,17 +108,22 @@ def jobs() -> list[Model]:
     ]
 
 
+def run_of(pod: dict[str, Any]) -> tuple[str, int]:
+    """One run of a pod's program: a pod restarted in place runs it again."""
+    return pod["metadata"]["uid"], restart_count(pod)
+
+
 def target(
-    kube: Kube, ns: str, m: Model, rtype: str, index: int, killed: set[str]
+    kube: Kube, ns: str, m: Model, rtype: str, index: int, killed: set[tuple[str, int]]
 ) -> dict[str, Any] | None:
-    """The pod at (rtype, index) once it is a fair target: running, not killed before, and
-    known to the controller — the earlier kills of its type are accounted and the status
+    """The pod at (rtype, index) once it is a fair target: running, this run of it not
+    killed before, and known to the controller — the earlier kills of its type are accounted and the status
     lists the index as active. (A pod removed before the controller ever saw it running
     cannot be told from one that never existed; see README, "Run policies".)"""
     pod = kube.pod(ns, f"{m.name}-{rtype.lower()}-{index}")
     if not pod or not live(pod) or pod["status"].get("phase") != "Running":
         return None
-    if pod["metadata"]["uid"] in killed:
+    if run_of(pod) in killed:
         return None
     job = kube.tfjob(ns, m.name)
     got = rs(job, rtype)
@@ -141,7 +155,7 @@ def test_random_pod_kills_every_job_reaches_its_policy_outcome(
         (rng.randrange(len(models)), rng.random(), rng.choice([DELETE, SIGKILL]))
         for _ in range(KILLS)
     ]
-    killed: set[str] = set()
+    killed: set[tuple[str, int]] = set()
     applied = 0
     with PodHistory(cluster, ns) as history:
         for m in models:
@@ -160,7 +174,7 @@ def test_random_pod_kills_every_job_reaches_its_policy_outcome(
                 30,
                 f"{pod_name} running and known",
             )
-            killed.add(pod["metadata"]["uid"])
+            killed.add(run_of(pod))
             if kind == DELETE:
                 kube.delete_pod(ns, pod_name)
             else:
@@ -230,16 +244,16 @@ def test_random_pod_kills_every_job_reaches_its_policy_outcome(
             # A failed job's active pods are stopped; its finished ones stay, each with
             # its service (README, "Run policies").
             wait_for(lambda m=m: only_finished_left(kube, ns, m.name), 20, f"{m.name} stopped")
-    # A new pod for each kill that had to be replaced, and no other. A job that failed may
-    # have ended before its last replacements were due, so there it is an upper bound.
+    # A new pod for each kill that had to be replaced (a disruption, an ExitCode retry),
+    # and none for a container restarted in place. A job that failed may have ended
+    # before its last replacements were due, so there it is an upper bound.
     added: dict[str, int] = {}
     for t, name, _ in history.events:
         if t == "ADDED":
             job_name = name.split("-")[0]
             added[job_name] = added.get(job_name, 0) + 1
     for m in models:
-        ends = sum(m.restarts.values()) + sum(m.disruptions.values())
         if m.outcome and m.outcome[0] == "Succeeded":
-            assert added[m.name] == m.pods() + ends, m.name
+            assert added[m.name] == m.pods() + m.replaced, m.name
         else:
-            assert m.pods() <= added[m.name] <= m.pods() + ends, m.name
+            assert m.pods() <= added[m.name] <= m.pods() + m.replaced, m.name

@@ -107,6 +107,9 @@ class GangNodes:
                     }
                 ],
                 "terminationGracePeriodSeconds": 0,
+                # A program that finishes: exit 0 ends the pod (under the default,
+                # Always, a kubelet would restart it in place).
+                "restartPolicy": "Never",
                 "containers": [
                     {"name": "c", "image": "fake", "resources": {"requests": {"cpu": "1"}}}
                 ],

@@ -100,6 +100,23 @@ async def test_version_and_readyz(cluster: Cluster, api: client.ApiClient) -> No
     assert r.status == 200 and (await r.text()) == "ok"
 
 
+async def exit_with(
+    api: client.ApiClient, ns: str, name: str, code: str, container: str | None
+) -> None:
+    """The program of pod ``name`` exits with ``code`` (kwok's exit stage)."""
+    ann = {"kwok.test/exit-code": code}
+    if container:
+        ann["kwok.test/container"] = container
+    await api.call_api(
+        f"/api/v1/namespaces/{ns}/pods/{name}",
+        "PATCH",
+        body={"metadata": {"annotations": ann}},
+        header_params={"Content-Type": "application/merge-patch+json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("code", "phase", "container"),
     [
@@ -116,17 +133,7 @@ async def test_pod_scheduled_running_then_exits(
         api, namespace, "p", lambda p: p["status"].get("phase") == "Running"
     )
     assert running["spec"]["nodeName"].startswith("kwok-node-")
-    ann = {"kwok.test/exit-code": code}
-    if container:
-        ann["kwok.test/container"] = container
-    await api.call_api(
-        f"/api/v1/namespaces/{namespace}/pods/p",
-        "PATCH",
-        body={"metadata": {"annotations": ann}},
-        header_params={"Content-Type": "application/merge-patch+json"},
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-    )
+    await exit_with(api, namespace, "p", code, container)
     done = await wait_for_pod(api, namespace, "p", lambda p: p["status"].get("phase") == phase)
     codes = {
         s["name"]: s["state"]["terminated"]["exitCode"] for s in done["status"]["containerStatuses"]
@@ -135,6 +142,68 @@ async def test_pod_scheduled_running_then_exits(
         assert codes == {"tensorflow": int(code), "sidecar": 0}
     else:
         assert codes == {"tensorflow": int(code), "sidecar": int(code)}
+
+
+def statuses(p: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in p["status"]["containerStatuses"]}
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "container"),
+    [
+        pytest.param("OnFailure", "3", "tensorflow", id="on-failure-exit-3-one-container"),
+        pytest.param("OnFailure", "137", None, id="on-failure-exit-137"),
+        pytest.param("Always", "0", "tensorflow", id="always-exit-0"),
+    ],
+)
+async def test_exit_restarts_the_container_in_place(
+    api: client.ApiClient, namespace: str, policy: str, code: str, container: str | None
+) -> None:
+    """What a kubelet does when a container exits under OnFailure (a code other than 0) or
+    Always: the pod stays Running, the container's restartCount goes up by one, its
+    lastState holds the exit, and it runs again; the exit annotation is consumed, so the
+    next exit can be asked for as soon as the restart is seen."""
+    body = pod("p")
+    body["spec"]["restartPolicy"] = policy
+    await raw(api, "POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    running = await wait_for_pod(
+        api, namespace, "p", lambda p: p["status"].get("phase") == "Running"
+    )
+    uid = running["metadata"]["uid"]
+    exiting = {container} if container else {"tensorflow", "sidecar"}
+    for n in (1, 2):
+        await exit_with(api, namespace, "p", code, container)
+        p = await wait_for_pod(
+            api,
+            namespace,
+            "p",
+            lambda p, n=n: statuses(p)["tensorflow"].get("restartCount") == n,
+        )
+        assert p["metadata"]["uid"] == uid
+        assert p["status"]["phase"] == "Running"
+        assert "kwok.test/exit-code" not in (p["metadata"].get("annotations") or {})
+        for name, s in statuses(p).items():
+            assert "running" in s["state"] and s["ready"], s
+            if name in exiting:
+                ended = s["lastState"]["terminated"]
+                reason = "Completed" if code == "0" else "Error"
+                assert (s["restartCount"], ended["exitCode"], ended["reason"]) == (
+                    n,
+                    int(code),
+                    reason,
+                )
+                assert ended["finishedAt"] >= ended["startedAt"]
+            else:
+                assert s["restartCount"] == 0 and not s.get("lastState"), s
+    if policy == "OnFailure":
+        # Exit 0 ends the pod under OnFailure; the counts of the restarts stay.
+        await exit_with(api, namespace, "p", "0", None)
+        done = await wait_for_pod(
+            api, namespace, "p", lambda p: p["status"].get("phase") == "Succeeded"
+        )
+        for name, s in statuses(done).items():
+            assert s["state"]["terminated"]["exitCode"] == 0, s
+            assert s["restartCount"] == (2 if name in exiting else 0), s
 
 
 @pytest.mark.parametrize("propagation", ["Background", "Foreground"])

@@ -49,6 +49,7 @@ def _wait_kept(kube: Kube, ns: str, job: str, kept: dict[str, str]) -> None:
 
     wait_for(done, 20, f"{job}: only {sorted(kept)} left")
 
+
 RESTARTING = ("True", "TFJobRestarting")
 
 
@@ -171,6 +172,89 @@ def test_exit_code_policy(
         _wait_kept(kube, ns, "retry", {"retry-worker-1": "Failed"})
     assert pods.violations == []
     wait_for(lambda: ("Warning", "TFJobRestarting") in _reasons(kube, ns), 10, "Restarting event")
+
+
+# --- OnFailure: the kubelet restarts a failed container in place ---------------------------------
+
+
+def _restarted(kube: Kube, ns: str, pod: str, uid: str, n: int) -> dict[str, Any] | None:
+    """The pod once its container has been restarted in place ``n`` times (same UID)."""
+    p = kube.pod(ns, pod)
+    if not p or p["metadata"]["uid"] != uid:
+        return None
+    (cs,) = p["status"].get("containerStatuses") or [{}]
+    return p if cs.get("restartCount", 0) >= n else None
+
+
+def test_on_failure_in_place_restarts_count_against_backoff_limit(
+    controller: ControllerProcess, kube: Kube, namespace: str, cluster: Cluster
+) -> None:
+    """A container that exits 137 under OnFailure is restarted in place, as a kubelet does
+    (kwok's exit stage): the pod stays Running with restartCount up by one, nothing is
+    deleted or created, and the controller counts each restart once, from restartCount.
+    The second restart is past backoffLimit 1: the job fails with the backoff reason."""
+    ns = namespace
+    with PodHistory(cluster, ns) as history, JobHistory(cluster, ns) as jobs:
+        kube.create_tfjob(
+            ns, make_job("ipr", workers=(2, "OnFailure"), run_policy={"backoffLimit": 1})
+        )
+        wait_running(kube, ns, "ipr", 2)
+        uid = uid_of(kube, ns, "ipr-worker-1")
+
+        kube.exit_pod(ns, "ipr-worker-1", 137)
+        pod = wait_for(lambda: _restarted(kube, ns, "ipr-worker-1", uid, 1), 10, "restart 1")
+        (cs,) = pod["status"]["containerStatuses"]
+        assert pod["status"]["phase"] == "Running"
+        assert cs["restartCount"] == 1 and "running" in cs["state"], cs
+        ended = cs["lastState"]["terminated"]
+        assert (ended["exitCode"], ended["reason"]) == (137, "Error"), cs
+        assert "kwok.test/exit-code" not in (pod["metadata"].get("annotations") or {})
+        job = wait_for(
+            lambda: (j := kube.tfjob(ns, "ipr")) and rs(j, "Worker")["restarts"] == 1 and j,
+            10,
+            "restarts == 1",
+        )
+        # Counted once, however many passes see the restarted pod; nothing replaced.
+        settled(kube, controller, ns, "ipr")
+        job = kube.tfjob(ns, "ipr")
+        assert rs(job, "Worker") == {
+            "active": 2,
+            "succeeded": 0,
+            "failed": 0,
+            "restarts": 1,
+            "disruptions": 0,
+        }
+        assert is_true(job, "Running") and not is_true(job, "Failed")
+        assert sorted((t, n) for t, n, _ in history.events if t in ("ADDED", "DELETED")) == [
+            ("ADDED", "ipr-worker-0"),
+            ("ADDED", "ipr-worker-1"),
+        ]
+
+        # The second exit, asked for once the first restart is seen: restart 2, past
+        # backoffLimit 1.
+        kube.exit_pod(ns, "ipr-worker-1", 137)
+        pod = wait_for(lambda: _restarted(kube, ns, "ipr-worker-1", uid, 2), 10, "restart 2")
+        (cs,) = pod["status"]["containerStatuses"]
+        assert (pod["status"]["phase"], cs["restartCount"]) == ("Running", 2)
+        failed = wait_job(kube, ns, "ipr", "Failed")
+        assert cond_of(failed, "Failed") == (
+            "True",
+            "TFJobFailed",
+            "Job ipr has failed because it has reached the specified backoff limit",
+        )
+        assert rs(failed, "Worker")["restarts"] == 2
+        assert (rs(failed, "Worker")["failed"], rs(failed, "Worker")["disruptions"]) == (0, 0)
+        assert "Restarting" not in jobs.true_sequence("ipr")
+        # A failed job's running pods are stopped (cleanPodPolicy None keeps only
+        # finished ones); no pod was ever made in place of the restarted one.
+        _wait_kept(kube, ns, "ipr", {})
+        settled(kube, controller, ns, "ipr")
+        assert rs(kube.tfjob(ns, "ipr"), "Worker")["restarts"] == 2
+    assert history.violations == []
+    assert sorted(n for t, n, _ in history.events if t == "ADDED") == [
+        "ipr-worker-0",
+        "ipr-worker-1",
+    ]
 
 
 # --- OnFailure: a pod deleted by someone else ---------------------------------------------------
