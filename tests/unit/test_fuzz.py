@@ -4,6 +4,11 @@ input (tests/strategies.py).
 Every drawn TFJob is planned twice: fresh, and again with the pods of the first plan
 running and its status stored. Nothing may raise; an invalid job fails with a message
 naming each offending field; a valid one gets exactly the pods its spec asks for.
+
+Jobs broken on purpose (``broken_jobs``) are checked against the generator's record:
+the controller's validation names a field that was broken and no other, passes every
+job the generator left valid (the Pod API's business is not its), and a valid job gets
+the pods counted from the raw spec.
 ``make test`` runs a short seeded run; ``make fuzz`` runs 10,000 examples
 (TFJOB_FUZZ_EXAMPLES, TFJOB_FUZZ_SEED). Hypothesis shrinks a failure to a minimal spec.
 """
@@ -23,12 +28,25 @@ from reconcile import children, cluster_spec
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.spec import read_job
 from tests.builders import at, make_tfjob
-from tests.strategies import tfjobs
+from tests.strategies import (
+    BrokenJob,
+    broken_jobs,
+    dotted,
+    pods_asked,
+    succeeds_at_once,
+    tfjobs,
+)
 
 EXAMPLES = int(os.environ.get("TFJOB_FUZZ_EXAMPLES", "400"))
 SEED = int(os.environ.get("TFJOB_FUZZ_SEED", "20261203"))
 CFG = PlanConfig()
 STATS: Counter[str] = Counter()
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,6 +58,8 @@ def _report() -> Iterator[None]:
         f"fuzz: {total} examples, {STATS['valid']} valid, {STATS['invalid']} invalid,"
         f" {STATS['crashes']} crashes"
     )
+    broken = {k[7:]: v for k, v in sorted(STATS.items()) if k.startswith("broken ")}
+    print("fuzz (broken on purpose): " + ", ".join(f"{k} {v}" for k, v in broken.items()))
     for rule, n in sorted(
         ((k, v) for k, v in STATS.items() if k.startswith("rule ")), key=lambda kv: -kv[1]
     ):
@@ -62,12 +82,7 @@ def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @seed(SEED)
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@FUZZ
 @given(tfjobs())
 def test_hostile_specs_never_raise_and_invalid_ones_name_their_field(job: dict[str, Any]) -> None:
     STATS["examples"] += 1
@@ -105,6 +120,63 @@ def test_hostile_specs_never_raise_and_invalid_ones_name_their_field(job: dict[s
     job = {**job, "status": plan.status}
     again = compute_plan(Snapshot(read_job(job), _running(plan.create_pods), [], at(101)), CFG)
     assert again.create_pods == []
+
+
+def _related(error: str, path: str) -> bool:
+    """The controller's error is about the broken field: the field itself, a part of it
+    or what holds it (``containers`` for a container missing from it)."""
+    return error.startswith(path) or path.startswith(error)
+
+
+@seed(SEED)
+@FUZZ
+@given(broken_jobs())
+def test_what_the_generator_broke_is_what_validation_names(case: BrokenJob) -> None:
+    STATS["broken examples"] += 1
+    try:
+        view = read_job(case.job)
+        plan = compute_plan(Snapshot(view, [], [], at(100)), CFG)
+    except Exception:
+        STATS["broken crashes"] += 1
+        raise
+    errors = [dotted(e.path) for e in view.spec.errors]
+    # No error the generator cannot account for: a rule that refuses valid input.
+    for error in errors:
+        assert any(_related(error, b.path) for b in case.breaks), (error, case)
+    if view.managed_by_other:  # another controller's job, even when it is invalid
+        STATS["broken left to the controller it names"] += 1
+        assert plan.skip_reason == "managed-by-other" and plan.create_pods == [], case
+        return
+    named = [b for b in case.refused if b.controller]
+    if named:
+        STATS["broken invalid, naming a broken field"] += 1
+        assert view.tfjob is None, case
+        assert any(_related(e, b.path) for e in errors for b in named), (errors, case)
+        assert plan.status is not None
+        (failed,) = [c for c in plan.status["conditions"] if c["type"] == "Failed"]
+        assert failed["reason"] == "TFJobFailedValidation"
+        assert any(
+            b.path in dotted(failed["message"]) or e in dotted(failed["message"])
+            for e in errors
+            for b in named
+        ), failed
+        return
+    if case.refused:
+        STATS["broken refused by the CRD alone"] += 1  # a schema limit it does not repeat
+        return
+    assert view.tfjob is not None, (view.invalid_message, case)
+    STATS["broken valid" if not case.breaks else "broken valid, pods the Pod API refuses"] += 1
+    raw = case.job["spec"]
+    if (raw.get("runPolicy") or {}).get("suspend"):
+        assert plan.create_pods == []
+        return
+    if succeeds_at_once(raw):
+        STATS["broken valid, succeeded at once"] += 1
+        assert plan.create_pods == [] and plan.status is not None, case
+        assert any(c["type"] == "Succeeded" for c in plan.status["conditions"]), plan.status
+        return
+    wanted = pods_asked(case.job["metadata"]["name"], raw)
+    assert {p["metadata"]["name"] for p in plan.create_pods} == wanted, case
 
 
 @pytest.mark.parametrize("replicas", [10, 100, 1000])
