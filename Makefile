@@ -59,7 +59,7 @@ test: lint cluster node-binaries
 # apiserver and controller. TFJOB_FUZZ_SEED picks the seed.
 fuzz: cluster
 	TFJOB_FUZZ_EXAMPLES=10000 $(PY) -m pytest -p no:cacheprovider -s tests/unit/test_fuzz.py
-	TFJOB_HTTP_FUZZ_EXAMPLES=20000 $(PY) -m pytest -p no:cacheprovider -s tests/unit/controller/test_http_fuzz.py
+	TFJOB_HTTP_FUZZ_EXAMPLES=20000 $(PY) -m pytest -p no:cacheprovider -s tests/unit/controller/client/test_http_fuzz.py
 	TFJOB_KEEP_CLUSTER=1 TFJOB_FUZZ_CLUSTER_EXAMPLES=1000 $(PY) -m pytest -p no:cacheprovider -s \
 		tests/cluster/test_fuzz_cluster.py
 

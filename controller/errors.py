@@ -1,6 +1,6 @@
 """Kubernetes API errors, classified once from the HTTP status.
 
-Contract: every failed API call made through controller.api raises an ``ApiError``
+Contract: every failed API call made through controller.client.api raises an ``ApiError``
 subclass carrying ``status``, ``reason`` and ``message`` from the apiserver's Status
 body. Callers branch on the class, never on numbers:
 

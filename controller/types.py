@@ -91,7 +91,7 @@ class CacheReader(Protocol):
     def by_index(self, index: str, value: str) -> list[JSON]: ...
 
 
-# The write layer is small protocols, each one verb of controller.kube.ResourceClient,
+# The write layer is small protocols, each one verb of controller.client.kube.ResourceClient,
 # composed into what each consumer needs (ObjectWriter, EventWriter, LeaseClient). Each
 # states only the parameters its consumers pass; the client has more (see kube.py).
 
@@ -139,12 +139,12 @@ class ObjectWriter(ObjectCreator, ObjectPatcher, Protocol):
 
 
 class EventWriter(ObjectCreator, ObjectPatcher, Protocol):
-    """Where controller.events.EventRecorder writes core/v1 Events: creates them, and
+    """Where controller.runtime.events.EventRecorder writes core/v1 Events: creates them, and
     patches the count of one it wrote before."""
 
 
 class LeaseClient(ObjectCreator, Protocol):
-    """What controller.leader.LeaseElector reads and writes its Lease with. ``get``
+    """What controller.runtime.leader.LeaseElector reads and writes its Lease with. ``get``
     returns None for a missing object; ``replace`` is a PUT whose body carries
     metadata.resourceVersion (a stale write fails with Conflict)."""
 
@@ -229,7 +229,7 @@ class PageLister(Protocol):
 
 
 class ListWatch(PageLister, Protocol):
-    """What a controller.informer.Informer lists and watches (a ResourceClient). The
+    """What a controller.cache.informer.Informer lists and watches (a ResourceClient). The
     watch yields raw events ``{"type", "object"}``; a 410 raises errors.Gone."""
 
     def watch(
@@ -247,7 +247,7 @@ class ListWatch(PageLister, Protocol):
 
 class Spawner(Protocol):
     """Runs work a reconcile pass hands off, so the pass need not hold a worker while it
-    waits (implemented by controller.background.Background).
+    waits (implemented by controller.runtime.background.Background).
 
     The work belongs to the pass that spawned it, and its retries to the workqueue: the
     key's failure history is forgotten only once the pass and all it spawned succeeded,
@@ -281,7 +281,7 @@ class Spawner(Protocol):
 
 
 class Pacer(Protocol):
-    """At most one paced action per key per interval (controller.pacer.Pacer): a
+    """At most one paced action per key per interval (controller.runtime.pacer.Pacer): a
     reconciler asks before an action worth batching and, told to wait, returns the wait
     as its ``requeue_after``."""
 
@@ -297,7 +297,7 @@ class Pacer(Protocol):
 
 
 class KeyQueue(Protocol):
-    """Where event handlers put keys (controller.workqueue.WorkQueue)."""
+    """Where event handlers put keys (controller.queue.workqueue.WorkQueue)."""
 
     def add(self, key: str) -> None: ...
 

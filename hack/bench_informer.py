@@ -18,7 +18,7 @@ the pod informer's production indexers (``tfjob_controller.app.CHILD_INDEXERS``)
 - ``off``: no transform, full pods cached;
 - ``strip``: managedFields dropped (``strip_managed_fields``);
 - ``slim``: the production pod transform (``tfjob_controller.app.POD_TRANSFORM``: managedFields
-  dropped and the pod slimmed to what the reconciler reads, ``reconcile.slim``).
+  dropped and the pod slimmed to what the reconciler reads, ``reconcile.sync.slim``).
 
 Reported per mode: wall time of the initial list, pods/s by wall clock and per CPU
 second of the measured process (the "per core" figure: other load on the machine
@@ -224,7 +224,7 @@ def rss_bytes() -> int:
 
 
 def transform_for(mode: str) -> Any:
-    from controller.informer import strip_managed_fields
+    from controller.cache.informer import strip_managed_fields
     from tfjob_controller.app import POD_TRANSFORM
 
     return {"off": None, "strip": strip_managed_fields, "slim": POD_TRANSFORM}[mode]
@@ -234,9 +234,9 @@ async def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     """One measurement, in this process: list into an Informer's store, once."""
     from kubernetes_asyncio.client.configuration import Configuration
 
-    from controller.api import ClientSettings, KubeApi, load_configuration
-    from controller.informer import Informer
-    from controller.kube import PODS, ResourceClient
+    from controller.cache.informer import Informer
+    from controller.client.api import ClientSettings, KubeApi, load_configuration
+    from controller.client.kube import PODS, ResourceClient
     from tfjob_controller.app import CHILD_INDEXERS
 
     runner = proc = pipe = None

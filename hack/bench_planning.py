@@ -16,8 +16,8 @@ import argparse
 import time
 from datetime import UTC, datetime
 
+from reconcile.api.spec import read_job
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
-from reconcile.spec import read_job
 from tests.builders import make_tfjob
 
 

@@ -1,0 +1,29 @@
+"""reconcile: the TFJob logic, knowing nothing of watches, queues or leases.
+
+The parts, lowest first (each may import the ones before it, never after;
+hack/check_layers.py enforces it):
+
+- ``api/``: what a TFJob is: its vocabulary (names), models and status types,
+  defaulting, validation, the admission schema, labels, quantities, and the job as the
+  planner reads it (spec).
+- ``objects/``: the objects built from a job: pods (and the facts read off observed
+  ones), headless services, TF_CONFIG.
+- ``policy/``: one module per behaviour of the API: restart policies and replica
+  accounting (restart), successPolicy and failure (verdict), cleanPodPolicy and
+  ttlSecondsAfterFinished (cleanup), gang scheduling and whole-gang restart, outcome
+  tracking, create failures, the child diffs, conditions and the new status.
+- ``plan.py``: compute_plan, a pure function from a snapshot of the caches to a Plan:
+  every create, delete, status and event of one pass.
+- ``sync/`` and ``explain.py``, the plan's two users. sync/ is the only part that meets
+  the machinery: the reconciler (tfjob), the one write layer (writes), the event
+  handlers, expectation keys, pacing, job metrics and the slim cache transforms.
+  explain works out a plan with no cluster.
+
+One pass, followed: a pod of job ``ns/mnist`` changes; sync/handlers.py maps it to the
+key and says how urgently; sync/tfjob.py takes the key, checks the expectations, reads
+the job and its pods and services from the caches into a Snapshot and calls
+plan.compute_plan, which asks api/ for the spec, policy/ what each pod means and what
+the job's state now is, and objects/ for the objects to create. sync/writes.py then
+creates and deletes children, releases tracking finalizers and writes the status, and
+the handlers see the results come back through the caches.
+"""

@@ -22,16 +22,16 @@ from datetime import datetime
 from typing import Any
 
 from controller.types import JSON
-from reconcile import conditions as cond
-from reconcile.cluster_spec import TF_CONFIG_ENV, tensorflow_container
-from reconcile.defaults import canonical_replica_type
-from reconcile.gang import GangKind
-from reconcile.labels import replica_index_of, replica_type_of
-from reconcile.models import dump_tfjob
+from reconcile.api.defaults import canonical_replica_type
+from reconcile.api.labels import replica_index_of, replica_type_of
+from reconcile.api.models import dump_tfjob
+from reconcile.api.spec import read_job
+from reconcile.api.status_types import format_time
+from reconcile.api.validation import FieldError
+from reconcile.objects.cluster_spec import TF_CONFIG_ENV, tensorflow_container
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
-from reconcile.spec import read_job
-from reconcile.status_types import format_time
-from reconcile.validation import FieldError
+from reconcile.policy import conditions as cond
+from reconcile.policy.gang import GangKind
 
 DEFAULT_NAMESPACE = "default"
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"

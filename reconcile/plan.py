@@ -1,21 +1,21 @@
 """compute_plan: everything one reconcile pass decides, as a pure function of a snapshot.
 
-No I/O and no clock reads: the orchestrator (reconcile.tfjob) passes the job as read by
-reconcile.spec, its owned pods and services and ``now``, and applies the returned Plan
+No I/O and no clock reads: the orchestrator (reconcile.sync.tfjob) passes the job as read by
+reconcile.api.spec, its owned pods and services and ``now``, and applies the returned Plan
 (children first, then the status once, then the events). Running the same snapshot twice
 gives the same plan, and a world that has not changed gives ``status=None``: no write.
 
 Order of decisions (each step returns early); the policy itself lives in its own room:
 1. managed by another controller → skip; being deleted → skip (the garbage collector owns it);
-2. finished (Succeeded/Failed) → only cleanPodPolicy and TTL (reconcile.cleanup); never new
+2. finished (Succeeded/Failed) → only cleanPodPolicy and TTL (reconcile.policy.cleanup); never new
    pods: a finished job is not re-run, whatever happens to its pods;
 3. invalid spec → Failed (TFJobFailedValidation) with the field errors, no pods;
 4. suspended → delete every pod and service, Suspended=True;
-5. otherwise: account every pod into the durable per-index record (reconcile.restart), reach
-   a verdict (reconcile.verdict), compute the status (reconcile.status), then either finish
-   (cleanup and TTL) or diff the children (reconcile.children).
+5. otherwise: account every pod into the durable per-index record (policy.restart),
+   reach a verdict (policy.verdict), compute the status (policy.status), then either
+   finish (cleanup and TTL) or diff the children (policy.children).
 
-Every branch also says which pods' tracking finalizers come off (reconcile.tracking),
+Every branch also says which pods' tracking finalizers come off (reconcile.policy.tracking),
 judged against the status as stored, never the one this pass computes.
 """
 
@@ -26,9 +26,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from controller.types import JSON
-from reconcile import conditions as cond
-from reconcile import gang_restart
-from reconcile.children import (
+from reconcile.api.labels import DEFAULT_OPERATOR_NAME
+from reconcile.api.models import TFJob
+from reconcile.api.names import CHIEF_TYPES, CleanPodPolicy, ReplicaType
+from reconcile.api.spec import JobView
+from reconcile.api.status_types import JobStatus, ReplicaStatus, stored_now
+from reconcile.objects.pods import group_by_replica
+from reconcile.policy import conditions as cond
+from reconcile.policy import gang_restart
+from reconcile.policy.children import (
     foreign_pods,
     new_pods,
     old_coordinator_alive,
@@ -36,10 +42,10 @@ from reconcile.children import (
     template_overrides,
     unique,
 )
-from reconcile.cleanup import Cleanup, cleanup_deletions, finished_cleanup, finishing_cleanup
-from reconcile.conditions import ConditionEvent
-from reconcile.failures import PersistentFailure
-from reconcile.gang import (
+from reconcile.policy.cleanup import Cleanup, cleanup_deletions, finished_cleanup, finishing_cleanup
+from reconcile.policy.conditions import ConditionEvent
+from reconcile.policy.failures import PersistentFailure
+from reconcile.policy.gang import (
     Gang,
     admission_conditions,
     admitted,
@@ -49,13 +55,8 @@ from reconcile.gang import (
     scheduler_overrides,
     spec_patch,
 )
-from reconcile.labels import DEFAULT_OPERATOR_NAME
-from reconcile.models import TFJob
-from reconcile.names import CHIEF_TYPES, CleanPodPolicy, ReplicaType
-from reconcile.pods import group_by_replica
-from reconcile.restart import BackoffPolicy, ReplicaInput, ReplicaOutcome, account_replica
-from reconcile.spec import JobView
-from reconcile.status import (
+from reconcile.policy.restart import BackoffPolicy, ReplicaInput, ReplicaOutcome, account_replica
+from reconcile.policy.status import (
     active_clock,
     calculate_status,
     changed,
@@ -63,9 +64,8 @@ from reconcile.status import (
     is_progress_only,
     suspended_status,
 )
-from reconcile.status_types import JobStatus, ReplicaStatus, stored_now
-from reconcile.tracking import active_releases, retired, settled_releases, tracked
-from reconcile.verdict import Verdict, decide
+from reconcile.policy.tracking import active_releases, retired, settled_releases, tracked
+from reconcile.policy.verdict import Verdict, decide
 
 #: What the plan asks the orchestrator to record, once the status is stored.
 EventIntent = ConditionEvent
@@ -78,7 +78,7 @@ class PlanConfig:
     backoff_max_seconds: float = 360.0
     backoff_reset_after_seconds: float = 600.0  # a pod that ran this long resets the backoff
     operator_name: str = DEFAULT_OPERATOR_NAME
-    #: gang scheduling (reconcile.gang): --gang-scheduler-name, None when off
+    #: gang scheduling (reconcile.policy.gang): --gang-scheduler-name, None when off
     gang: Gang | None = None
 
     @property
@@ -92,11 +92,11 @@ class PlanConfig:
 
 @dataclass(frozen=True)
 class Snapshot:
-    job: JobView  # the TFJob read once (reconcile.spec), its cached object untouched
+    job: JobView  # the TFJob read once (reconcile.api.spec), its cached object untouched
     pods: list[JSON]  # pods whose controller ownerReference UID is the job's
     services: list[JSON]  # services likewise
     now: datetime  # tz-aware UTC
-    #: creates the apiserver has refused for longer than the grace (reconcile.failures)
+    #: creates the apiserver has refused for longer than the grace (reconcile.policy.failures)
     failure: PersistentFailure | None = None
     #: the PodGroup named after the job, as cached (gang scheduling only)
     podgroup: JSON | None = None
@@ -118,22 +118,22 @@ class Plan:
     delete_pods: list[JSON] = field(default_factory=list)
     create_services: list[JSON] = field(default_factory=list)
     delete_services: list[JSON] = field(default_factory=list)
-    #: pods whose tracking finalizer comes off (reconcile.tracking)
+    #: pods whose tracking finalizer comes off (reconcile.policy.tracking)
     release_pods: list[JSON] = field(default_factory=list)
     #: UIDs among ``release_pods`` let go because their index left the spec: the
-    #: release marks them (reconcile.names.RETIRED_ANNOTATION)
+    #: release marks them (reconcile.api.names.RETIRED_ANNOTATION)
     retired: frozenset[str] = frozenset()
     status: JSON | None = None  # the complete new .status if it differs, else None
     #: the status change moves only replica counts and Running (it may wait for company)
     progress_only: bool = False
     #: the same, with or without the Running transition's event: progress alone, which a
-    #: pass still waiting on its own creates may report (reconcile.tfjob)
+    #: pass still waiting on its own creates may report (reconcile.sync.tfjob)
     reports_progress: bool = False
     events: list[EventIntent] = field(default_factory=list)
     requeue_after: float | None = None  # earliest due timer
     delete_job: bool = False  # ttlSecondsAfterFinished expired
     skip_reason: str | None = None  # why nothing was done, for the log line
-    podgroup: PodGroupWrite | None = None  # gang scheduling (reconcile.gang)
+    podgroup: PodGroupWrite | None = None  # gang scheduling (reconcile.policy.gang)
     #: pod ends newly accounted, "Type-index:how:uid", for the reconcile's log line
     ends: list[str] = field(default_factory=list)
 
@@ -204,7 +204,7 @@ def _active_plan(
     whole = gang_restart.enabled(tfjob)
     stale: list[JSON] = []
     if whole:
-        # Pods of an earlier epoch are going (reconcile.gang_restart): not accounted.
+        # Pods of an earlier epoch are going (reconcile.policy.gang_restart): not accounted.
         current, stale = gang_restart.split_by_epoch(snap.pods, old.gang_epoch)
         snap = replace(snap, pods=current)
     outcomes = _account(snap, tfjob, old, config, resumed_at=clock.resumed_at)
@@ -304,7 +304,7 @@ class _GangStep:
 
 def _gang_step(snap: Snapshot, tfjob: TFJob, config: PlanConfig) -> _GangStep | None:
     """The PodGroup first, then the pods: none before it exists, and with Volcano none
-    before the scheduler admits it (reconcile.gang)."""
+    before the scheduler admits it (reconcile.policy.gang)."""
     gang = config.gang
     if gang is None:
         return None
@@ -342,7 +342,7 @@ def _account(
     *,
     resumed_at: datetime | None,
 ) -> dict[str, ReplicaOutcome]:
-    """Fold every replica type's observed pods into its durable record (reconcile.restart)."""
+    """Fold every replica type's observed pods into its durable record (policy.restart)."""
     pods_by_type = group_by_replica(snap.pods)
     dynamic = bool(tfjob.spec.enable_dynamic_worker)
     return {

@@ -13,16 +13,16 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
-from reconcile.labels import (
+from reconcile.api.labels import (
     JOB_ROLE_LABEL,
     JOB_ROLE_MASTER,
     replica_labels,
     replica_name,
 )
-from reconcile.names import TRACKING_FINALIZER
-from reconcile.pods import JobRef, owner_reference
-from reconcile.services import build_service
-from reconcile.status_types import format_time
+from reconcile.api.names import TRACKING_FINALIZER
+from reconcile.api.status_types import format_time
+from reconcile.objects.pods import JobRef, owner_reference
+from reconcile.objects.services import build_service
 
 T0 = datetime(2024, 1, 1, 0, 0, 0, tzinfo=UTC)
 

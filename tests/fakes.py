@@ -9,16 +9,16 @@ from typing import Any
 import anyio
 
 from controller import errors
-from controller.background import Background
+from controller.cache.store import Store, key_of
 from controller.clock import FakeClock
-from controller.expectations import ControllerExpectations
-from controller.pacer import Pacer
-from controller.store import Store, key_of
+from controller.queue.workqueue import WorkQueue
+from controller.runtime.background import Background
+from controller.runtime.expectations import ControllerExpectations
+from controller.runtime.pacer import Pacer
 from controller.types import JSON, split_key
-from controller.workqueue import WorkQueue
-from reconcile.handlers import pod_handler, service_handler
-from reconcile.pacing import STATUS_PACE_SECONDS
-from reconcile.tfjob import UNSATISFIED_RECHECK_SECONDS, Caches, TFJobReconciler, Writers
+from reconcile.sync.handlers import pod_handler, service_handler
+from reconcile.sync.pacing import STATUS_PACE_SECONDS
+from reconcile.sync.tfjob import UNSATISFIED_RECHECK_SECONDS, Caches, TFJobReconciler, Writers
 
 
 class RecordingEvents:

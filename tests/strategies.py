@@ -23,7 +23,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from reconcile.names import MAX_TOTAL_REPLICAS
+from reconcile.api.names import MAX_TOTAL_REPLICAS
 
 KNOWN_TYPES = ["Chief", "Master", "PS", "Worker", "Evaluator"]
 ODD_VALUES = st.one_of(

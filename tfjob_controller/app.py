@@ -7,12 +7,12 @@ Services carrying our operator label only, so the cache never holds the rest of 
 cluster), the expectations, the event recorder and the reconciler, and hands them to the
 Manager.
 
-The pod and service caches hold slim objects (``reconcile.slim``: only the fields the
+The pod and service caches hold slim objects (``reconcile.sync.slim``: only the fields the
 TFJob logic reads, a fraction of a full pod's memory) and are indexed by controller UID
 only, the one index the reconciler queries.
 
 The event handlers' policy (owner kinds, expectation keys, how urgently to enqueue) is
-reconcile.handlers. Everything is built in dependency order and injected at
+reconcile.sync.handlers. Everything is built in dependency order and injected at
 construction: queue → background work → reconciler → controller.
 """
 
@@ -28,42 +28,42 @@ from typing import Any
 import anyio
 import structlog
 
-from controller import heap
-from controller.api import ClientSettings, KubeApi
-from controller.background import Background
-from controller.clock import SystemClock
-from controller.events import EventRecorder
-from controller.expectations import ControllerExpectations
-from controller.informer import Informer
-from controller.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient, served
-from controller.leader import LeaseElector, default_identity
-from controller.logging import add_logging_flags, configure_logging
-from controller.looplag import LoopLagMonitor
-from controller.manager import Manager
-from controller.metrics import Metrics
-from controller.pacer import Pacer
-from controller.runtime import Controller
-from controller.server import add_server_flags, serve_probes
-from controller.store import (
+from controller.cache.informer import Informer
+from controller.cache.store import (
     IndexFunc,
     index_by_controller_name,
     index_by_controller_uid,
     resource_version_of,
 )
-from controller.transforms import Transform, chain_transforms, strip_managed_fields
+from controller.cache.transforms import Transform, chain_transforms, strip_managed_fields
+from controller.client.api import ClientSettings, KubeApi
+from controller.client.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient, served
+from controller.clock import SystemClock
+from controller.observability import heap
+from controller.observability.logging import add_logging_flags, configure_logging
+from controller.observability.looplag import LoopLagMonitor
+from controller.observability.metrics import Metrics
+from controller.observability.server import add_server_flags, serve_probes
+from controller.queue.workqueue import WorkQueue
+from controller.runtime.background import Background
+from controller.runtime.controller import Controller
+from controller.runtime.events import EventRecorder
+from controller.runtime.expectations import ControllerExpectations
+from controller.runtime.leader import LeaseElector, default_identity
+from controller.runtime.manager import Manager
+from controller.runtime.pacer import Pacer
 from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX
-from controller.workqueue import WorkQueue
-from reconcile.gang import KIND as PODGROUP_KIND
-from reconcile.gang import PLURAL as PODGROUP_PLURAL
-from reconcile.gang import Gang, gang_from_flag
-from reconcile.handlers import job_handler, pod_handler, podgroup_handler, service_handler
-from reconcile.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
-from reconcile.metrics import JobMetrics
-from reconcile.names import GROUP, KIND, PLURAL, VERSION
-from reconcile.pacing import STATUS_PACE_SECONDS
+from reconcile.api.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
+from reconcile.api.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
-from reconcile.slim import slim_pod, slim_service
-from reconcile.tfjob import (
+from reconcile.policy.gang import KIND as PODGROUP_KIND
+from reconcile.policy.gang import PLURAL as PODGROUP_PLURAL
+from reconcile.policy.gang import Gang, gang_from_flag
+from reconcile.sync.handlers import job_handler, pod_handler, podgroup_handler, service_handler
+from reconcile.sync.metrics import JobMetrics
+from reconcile.sync.pacing import STATUS_PACE_SECONDS
+from reconcile.sync.slim import slim_pod, slim_service
+from reconcile.sync.tfjob import (
     DEFAULT_FAILED_CREATE_GRACE,
     UNSATISFIED_RECHECK_SECONDS,
     Caches,
@@ -85,7 +85,7 @@ JOB_TRANSFORM: Transform = strip_managed_fields
 POD_TRANSFORM: Transform = chain_transforms(strip_managed_fields, slim_pod)
 SERVICE_TRANSFORM: Transform = chain_transforms(strip_managed_fields, slim_service)
 #: Children are looked up by their controller's UID, and by its name when the job is
-#: gone or was recreated (reconcile.tfjob, reconcile.tracking).
+#: gone or was recreated (reconcile.sync.tfjob, reconcile.policy.tracking).
 CHILD_INDEXERS: dict[str, IndexFunc] = {
     CONTROLLER_UID_INDEX: index_by_controller_uid,
     CONTROLLER_NAME_INDEX: index_by_controller_name,
@@ -218,7 +218,7 @@ STATUS_HIGH_RESERVE = 5
 
 
 class Budgets:
-    """The client's siblings (controller.api.KubeApi.sibling), one per kind of traffic
+    """The client's siblings (controller.client.api.KubeApi.sibling), one per kind of traffic
     that upstream sends through a REST client of its own; pod and service writes use the
     client itself. With --kube-api-qps Q the controller may send up to 4Q requests a
     second in all (5Q with gang scheduling), plus the Lease's two per retry period."""

@@ -23,8 +23,8 @@ from typing import Any, TextIO
 import yaml
 
 from reconcile.explain import Explanation, Row, explain
-from reconcile.gang import gang_from_flag
 from reconcile.plan import PlanConfig
+from reconcile.policy.gang import gang_from_flag
 
 PROG = "tfjob-explain"
 

@@ -1,7 +1,7 @@
 """``tfjob-controller release-finalizers``: let go of every pod the controller tracks,
 for an uninstall or a controller that will stay down.
 
-Every pod the controller creates carries its tracking finalizer (reconcile.tracking),
+Every pod the controller creates carries its tracking finalizer (reconcile.policy.tracking),
 which only the controller removes, once the pod's end is recorded. With the controller
 gone for good, a deleted pod would stay Terminating and its namespace could never be
 deleted. This command removes that one finalizer, and nothing else, from every pod that
@@ -25,11 +25,11 @@ from collections.abc import Sequence
 import anyio
 
 from controller import errors
-from controller.api import ClientSettings, KubeApi
-from controller.kube import PODS, ResourceClient
+from controller.client.api import ClientSettings, KubeApi
+from controller.client.kube import PODS, ResourceClient
 from controller.types import JSON
-from reconcile.names import TRACKING_FINALIZER
-from reconcile.tracking import PATCH_TYPE, release_patch, tracked
+from reconcile.api.names import TRACKING_FINALIZER
+from reconcile.policy.tracking import PATCH_TYPE, release_patch, tracked
 from tfjob_controller.app import add_cluster_flags
 
 PROG = "tfjob-controller release-finalizers"

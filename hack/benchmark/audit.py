@@ -139,7 +139,7 @@ def status_writes(r: Requests) -> int:
 
 
 def release_writes(r: Requests) -> int:
-    """Pod patches: the tracking finalizer coming off (reconcile.tracking)."""
+    """Pod patches: the tracking finalizer coming off (reconcile.policy.tracking)."""
     return r.count("patch", "pods")
 
 

@@ -58,7 +58,7 @@ def on_cluster(args: argparse.Namespace, work: Coroutine[Any, Any, T]) -> T | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    from controller.api import ClientSettings
+    from controller.client.api import ClientSettings
 
     summary = (package_doc or "").split("\n")[0]
     p = argparse.ArgumentParser(prog="hack/bench", description=summary)

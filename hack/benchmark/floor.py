@@ -17,7 +17,7 @@ from hack.benchmark.common import FLOOR_UA, HARNESS_UA, Mode, say
 from hack.benchmark.environment import Env, create_namespace, delete_namespace
 from hack.benchmark.results import PhaseResult
 from hack.benchmark.workload import job_names, planned_children, tfjob_body
-from reconcile.names import TRACKING_FINALIZER
+from reconcile.api.names import TRACKING_FINALIZER
 
 
 async def run_floor(

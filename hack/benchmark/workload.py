@@ -42,8 +42,8 @@ def job_names(n: int) -> list[str]:
 def planned_children(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Exactly the pod and service bodies the controller POSTs for a new job, from its
     own (pure) planner."""
+    from reconcile.api.spec import read_job
     from reconcile.plan import PlanConfig, Snapshot, compute_plan
-    from reconcile.spec import read_job
 
     snap = Snapshot(job=read_job(job), pods=[], services=[], now=datetime.now().astimezone())
     plan = compute_plan(snap, PlanConfig())

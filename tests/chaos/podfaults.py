@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconcile.pods import restart_count
-from reconcile.status_types import parse_indexes
+from reconcile.objects.pods import restart_count
+from reconcile.api.status_types import parse_indexes
 from tests.chaos.env import Api, Unreachable
 from tests.chaos.history import History, counters, live, true_condition
 from tests.chaos.model import EVICT, EXIT, FAILED, FORCE, GRACEFUL, SUCCEEDED, JobModel

@@ -14,12 +14,12 @@ import sys
 
 import anyio
 
-from controller.api import KubeApi
-from controller.kube import LEASES, ResourceClient
-from controller.leader import LeaseElector
-from controller.logging import configure_logging
-from controller.manager import Manager
-from controller.runtime import Controller
+from controller.client.api import KubeApi
+from controller.client.kube import LEASES, ResourceClient
+from controller.observability.logging import configure_logging
+from controller.runtime.controller import Controller
+from controller.runtime.leader import LeaseElector
+from controller.runtime.manager import Manager
 from controller.types import Result
 
 

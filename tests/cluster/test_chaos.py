@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.pods import restart_count
-from reconcile.status_types import parse_indexes
+from reconcile.objects.pods import restart_count
+from reconcile.api.status_types import parse_indexes
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,

@@ -12,9 +12,9 @@ import anyio.to_thread
 import pytest
 
 from controller import errors
-from controller.api import KubeApi
-from controller.informer import EventHandler, Informer, strip_managed_fields
-from controller.kube import PODS, ResourceClient
+from controller.cache.informer import EventHandler, Informer, strip_managed_fields
+from controller.client.api import KubeApi
+from controller.client.kube import PODS, ResourceClient
 from controller.types import JSON
 from tests.conftest import Cluster
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from reconcile.models import dump_tfjob, parse_tfjob
-from reconcile.names import MANAGED_BY_MULTIKUEUE
-from reconcile.status_types import JobCondition, JobStatus, ReplicaStatus
+from reconcile.api.models import dump_tfjob, parse_tfjob
+from reconcile.api.names import MANAGED_BY_MULTIKUEUE
+from reconcile.api.status_types import JobCondition, JobStatus, ReplicaStatus
 from tests import conformance
 from tests.conftest import Cluster
-from tests.unit.reconcile.test_models import SAMPLES
+from tests.unit.reconcile.api.test_models import SAMPLES
 
 pytestmark = pytest.mark.cluster
 

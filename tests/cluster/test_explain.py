@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
+from reconcile.api.quantity import parse_quantity
 from reconcile.explain import PLACEHOLDER_UID, explain
 from reconcile.plan import PlanConfig
-from reconcile.quantity import parse_quantity
 from tests import conformance
 from tests.cluster.kube import ControllerProcess, Kube, wait_for
-from tests.unit.reconcile.test_models import SAMPLES
+from tests.unit.reconcile.api.test_models import SAMPLES
 
 CASES = [pytest.param(p, id=p.name) for p in [*SAMPLES, *conformance.examples()]]
 MISSING = object()

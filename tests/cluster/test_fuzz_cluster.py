@@ -38,7 +38,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from reconcile.conditions import msg_deadline
+from reconcile.policy.conditions import msg_deadline
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,

@@ -1,4 +1,4 @@
-"""Whole-gang restart on the real cluster (reconcile.gang_restart): a job annotated
+"""Whole-gang restart on the real cluster (reconcile.policy.gang_restart): a job annotated
 ``training.kubeflow.org/gang-restart: "true"`` answers one worker's retried failure by
 deleting every pod, waiting until all are gone, and creating all again together; that
 is one restart against backoffLimit.

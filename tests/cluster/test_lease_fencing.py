@@ -35,7 +35,7 @@ from tests.cluster.policy_helpers import TEMPLATE, leading, make_job
 #: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
 pytestmark = pytest.mark.local_only
 
-#: controller/leader.py's defaults, which the binary uses
+#: controller/runtime/leader.py's defaults, which the binary uses
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 10.0
 #: Long enough to show in the record, short enough that the renewal it slows still fits
@@ -46,7 +46,7 @@ SLOW_GET = 3.0
 #: Breaking the fence costs seconds (3 s: renewal counted from the response; 5 s: each
 #: attempt given the whole deadline).
 STOP_SLACK = 0.25
-#: controller/manager.py's bounds on a graceful stop: the drain of in-flight reconciles,
+#: controller/runtime/manager.py's bounds on a graceful stop: the drain of in-flight reconciles,
 #: then the event flush and the release
 DRAIN_TIMEOUT = 30.0
 RELEASE_TIMEOUT = 5.0

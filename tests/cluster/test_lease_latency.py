@@ -33,7 +33,7 @@ from tests.cluster.policy_helpers import leading, make_job
 #: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
 pytestmark = pytest.mark.local_only
 
-#: controller/leader.py's defaults, which the binary uses
+#: controller/runtime/leader.py's defaults, which the binary uses
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 10.0
 #: what the proxy adds to every request of the leader, and for how long

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.local_only
 CONNECTIONS = 2000
 #: the controller's descriptor limit: the usual default, where the crash was seen
 CONTROLLER_NOFILE = 1024
-#: controller/server.py's cap on connections and its head timeout
+#: controller/observability/server.py's cap on connections and its head timeout
 MAX_CONNECTIONS = 256
 HEAD_TIMEOUT = 5.0
 #: the whole flood, start to end, whatever happens

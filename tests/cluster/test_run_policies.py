@@ -123,7 +123,7 @@ def test_exit_code_policy(
         assert _status_time(perm, "completionTime") >= _status_time(perm, "startTime")
         assert _cond_time(perm, "Failed") == _status_time(perm, "completionTime")
         # cleanPodPolicy defaults to None: the failed pod stays, with its service; a
-        # failed job's running pod is stopped all the same (reconcile/cleanup.py).
+        # failed job's running pod is stopped all the same (reconcile/policy/cleanup.py).
         _wait_kept(kube, ns, "perm", {"perm-worker-1": "Failed"})
 
         # First retryable failure: Restarting, replaced after the old pod is gone, Running.

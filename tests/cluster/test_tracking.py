@@ -1,5 +1,5 @@
 """Outcome tracking on the real cluster: every pod the controller creates carries its
-tracking finalizer until the pod's end is in the job's status (reconcile.tracking).
+tracking finalizer until the pod's end is in the job's status (reconcile.policy.tracking).
 
 Each test here is a way a pod's end used to be lost or miscounted (issue 11): finished
 while the controller was down and deleted before it came back, deleted before it ever
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.names import TRACKING_FINALIZER
-from reconcile.tracking import PATCH_TYPE, release_patch
+from reconcile.api.names import TRACKING_FINALIZER
+from reconcile.policy.tracking import PATCH_TYPE, release_patch
 from tests.cluster.kube import (
     ApiFailure,
     ControllerProcess,
@@ -284,7 +284,7 @@ def test_a_pod_killed_by_the_suspend_and_seen_only_after_the_resume_is_no_disrup
 def test_a_release_lets_go_of_our_finalizer_only_and_never_of_a_successors(
     kube: Kube, namespace: str
 ) -> None:
-    """The release patch (reconcile.tracking.release_patch) against the real apiserver:
+    """The release patch (reconcile.policy.tracking.release_patch) against the real apiserver:
     it takes our finalizer off the pod it names and leaves another's, and sent for a pod
     that has since been replaced under the same name it is refused (422: the UID it
     carries is immutable), so the successor keeps ours."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from reconcile.names import TRACKING_FINALIZER
+from reconcile.api.names import TRACKING_FINALIZER
 from tests.cluster.kube import ControllerProcess, Kube, live, wait_for, wait_running
 from tests.cluster.policy_helpers import TEMPLATE, make_job
 from tests.conftest import Cluster

@@ -18,17 +18,17 @@ import yaml
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from reconcile.api.spec import read_job
 from reconcile.explain import PLACEHOLDER_UID, defaults_applied, explain
-from reconcile.gang import (
+from reconcile.plan import PlanConfig, Snapshot, compute_plan
+from reconcile.policy.gang import (
     POD_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATION,
     VOLCANO_TASK_ANNOTATION,
     gang_from_flag,
 )
-from reconcile.plan import PlanConfig, Snapshot, compute_plan
-from reconcile.spec import read_job
 from tests import conformance, strategies
-from tests.unit.reconcile.test_models import SAMPLES
+from tests.unit.reconcile.api.test_models import SAMPLES
 from tfjob_controller import app
 from tfjob_controller.explain import _write_table, _write_yaml, main
 

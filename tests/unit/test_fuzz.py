@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
-from reconcile import children, cluster_spec
+from reconcile.api.spec import read_job
+from reconcile.objects import cluster_spec
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
-from reconcile.spec import read_job
+from reconcile.policy import children
 from tests.builders import at, make_tfjob
 from tests.strategies import (
     BrokenJob,

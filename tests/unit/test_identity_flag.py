@@ -1,8 +1,8 @@
 """--leader-election-identity names the replica in the Lease and in every request's
 User-Agent, which still starts with tfjob-controller (the benchmark counts by prefix)."""
 
-from controller.api import ClientSettings
-from controller.leader import default_identity
+from controller.client.api import ClientSettings
+from controller.runtime.leader import default_identity
 from tfjob_controller.app import LEASE_CLIENT_SETTINGS, client_settings, parse_args, with_identity
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from controller import errors
-from controller.kube import ListResult
-from reconcile.names import TRACKING_FINALIZER
+from controller.client.kube import ListResult
+from reconcile.api.names import TRACKING_FINALIZER
 from tfjob_controller.release import release_all
 
 OTHER = "other.test/keep"

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 
 from controller.clock import FakeClock
-from controller.ratelimit import ItemExponentialRateLimiter
-from controller.workqueue import WorkQueue
+from controller.queue.ratelimit import ItemExponentialRateLimiter
+from controller.queue.workqueue import WorkQueue
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from controller import errors
-from controller.api import ClientSettings, KubeApi
-from controller.kube import LEASES, NAMESPACES, PODS, ResourceClient, _checked_events
+from controller.client.api import ClientSettings, KubeApi
+from controller.client.kube import LEASES, NAMESPACES, PODS, ResourceClient, _checked_events
 
 
 @pytest.mark.parametrize(

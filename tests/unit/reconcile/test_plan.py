@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from reconcile.gang_restart import GANG_RESTART_ANNOTATION
-from reconcile.names import RETIRED_ANNOTATION, TRACKING_FINALIZER
+from reconcile.api.names import RETIRED_ANNOTATION, TRACKING_FINALIZER
+from reconcile.api.spec import read_job
+from reconcile.api.status_types import format_time
 from reconcile.plan import EventIntent, Plan, PlanConfig, Snapshot, compute_plan
-from reconcile.spec import read_job
-from reconcile.status_types import format_time
+from reconcile.policy.gang_restart import GANG_RESTART_ANNOTATION
 from tests import conformance
 from tests.builders import at, make_pod, make_service, make_tfjob, ts
 

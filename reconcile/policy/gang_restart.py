@@ -1,0 +1,118 @@
+"""Whole-gang restart, opt in per job (pure).
+
+When one worker of a synchronous job (MultiWorkerMirroredStrategy, a parameter-server
+job) dies, the others hang in their collective ops: replacing the one pod does not
+help. A job annotated ``training.kubeflow.org/gang-restart: "true"`` restarts every pod
+instead, the way Volcano's RestartJob and JobSet's RestartJobSet do:
+
+1. a pod's end that its restart policy retries (a failure, a restart in place) or a
+   disruption is accounted as usual, then the job's ``gangEpoch`` is raised in the same
+   status write, and the write counts it as one restart (against backoffLimit) however
+   many pods ended together; nothing else is done in that pass (account, then act);
+2. once that status is stored, every pod of an earlier epoch (the label
+   ``training.kubeflow.org/gang-epoch``) is deleted and its tracking finalizer removed:
+   its end, whatever it is, is the restart's doing and is not counted;
+3. when none is left, all pods are created together, with the new epoch, after the
+   failed index's usual backoff (and, with gang scheduling, behind the PodGroup).
+
+Without the annotation nothing here applies: each pod is replaced on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from controller.types import JSON
+from reconcile.api.models import TFJob
+from reconcile.api.names import STATUS_ORDER
+from reconcile.api.status_types import JobStatus, ReplicaStatus
+from reconcile.objects.pods import is_terminating
+from reconcile.policy.restart import ReplicaOutcome
+
+GANG_RESTART_ANNOTATION = "training.kubeflow.org/gang-restart"
+GANG_EPOCH_LABEL = "training.kubeflow.org/gang-epoch"
+
+
+def enabled(job: TFJob) -> bool:
+    annotations = job.metadata.get("annotations")
+    if not isinstance(annotations, Mapping):
+        return False
+    return str(annotations.get(GANG_RESTART_ANNOTATION, "")).strip().lower() == "true"
+
+
+def epoch_of(pod: Mapping[str, object]) -> int:
+    """A pod's epoch; one without the label (created before the job opted in) is of
+    epoch 0."""
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    value = labels.get(GANG_EPOCH_LABEL) if isinstance(labels, Mapping) else None
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return -1  # unreadable: never current, so it goes
+
+
+def split_by_epoch(pods: Iterable[JSON], epoch: int) -> tuple[list[JSON], list[JSON]]:
+    """(pods of the current epoch, pods of an earlier one)."""
+    current: list[JSON] = []
+    stale: list[JSON] = []
+    for pod in pods:
+        (current if epoch_of(pod) == epoch else stale).append(pod)
+    return current, stale
+
+
+def label_pod(pod: JSON, epoch: int) -> None:
+    metadata = pod["metadata"]
+    metadata["labels"] = {**(metadata.get("labels") or {}), GANG_EPOCH_LABEL: str(epoch)}
+
+
+def trigger(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> str | None:
+    """The first replica type (status order) with a restart or disruption newly
+    accounted in this pass: the gang restarts."""
+    for rtype in _in_order(outcomes):
+        new = outcomes[rtype].status
+        was = old.replica_statuses.get(rtype, ReplicaStatus())
+        if new.restarts > was.restarts or new.disruptions > was.disruptions:
+            return rtype
+    return None
+
+
+def as_one_restart(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> None:
+    """Pods that ended together make one gang restart: the first type's first new
+    restart counts, the others' are taken back (in place, before the verdict reads
+    them)."""
+    counted = False
+    for rtype in _in_order(outcomes):
+        o = outcomes[rtype]
+        was = old.replica_statuses.get(rtype, ReplicaStatus()).restarts
+        if o.status.restarts <= was:
+            continue
+        keep = was if counted else was + 1
+        counted = True
+        o.status = o.status.model_copy(update={"restarts": keep})
+
+
+def restart_gang(new: JobStatus, old: JobStatus) -> JobStatus:
+    """The status that starts a gang restart: the next epoch, and no index active any
+    more (every pod is about to go, and a pod that goes must not read as a disruption)."""
+    statuses = {
+        rt: rs.model_copy(update={"active": 0, "active_indexes": ""})
+        for rt, rs in new.replica_statuses.items()
+    }
+    return new.model_copy(update={"gang_epoch": old.gang_epoch + 1, "replica_statuses": statuses})
+
+
+def msg_gang_restart(name: str, rtype: str) -> str:
+    return (
+        f"TFJob {name} is restarting its whole gang: a {rtype} pod ended, so every pod is"
+        " deleted and all are created again together."
+    )
+
+
+def stale_deletions(stale: Sequence[JSON]) -> list[JSON]:
+    return [p for p in stale if not is_terminating(p)]
+
+
+def _in_order(outcomes: Mapping[str, object]) -> list[str]:
+    known = [rt for rt in STATUS_ORDER if rt in outcomes]
+    return known + sorted(rt for rt in outcomes if rt not in known)

@@ -1,0 +1,352 @@
+"""Restart policies and replica accounting: what each observed pod means for its index.
+
+Upstream decides from the pods that happen to exist and restarts by deleting a failed pod
+and creating the next one on a later pass, with no delay, no durable count and no memory of
+finished indexes (semantics §4.7, §4.8, §9). Here every decision is a pure function of the
+pods and the durable per-index record in status (``ReplicaStatus``):
+
+- an index whose pod succeeded is recorded in ``succeededIndexes`` and never re-run, even if
+  its pod is garbage-collected later (upstream #1186);
+- an index that failed for good (restartPolicy Never, or ExitCode with a permanent code)
+  is recorded in ``failedIndexes``;
+- a pod that ended and will be replaced is accounted once, keyed by its UID
+  (``indexRetries[i].lastPodUID``): a *failure* adds one to ``restarts`` (bounded by
+  backoffLimit) and to the index's backoff exponent; a *disruption* (eviction,
+  preemption, deletion by someone else) adds one to ``disruptions`` only; so does a pod
+  that was running at the last status write (``activeIndexes``) and is now gone without
+  ever having been seen ending (force-deleted, or deleted while the controller was down);
+  a pod the controller deleted itself (a suspend; an index that left the spec, marked
+  ``RETIRED_ANNOTATION``) ends as no disruption when its index is back before it is gone;
+- container restarts done by kubelet in place are folded into ``restarts`` by increase
+  over the last observed count of the same pod UID, so no reconcile counts one twice;
+- account, then delete: a pod whose end is newly accounted is *not* deleted in the same
+  pass; it is deleted by a later pass, once the status recording it (restarts,
+  disruptions, lastPodUID) has been stored — the status write's own watch event brings
+  that pass at once. Deleting first lost the record whenever the status write that
+  followed failed (a Conflict with a concurrent edit of the job, the controller killed
+  in between): the retried pass then found the pod gone, or terminating and so
+  indistinguishable from a disruption, and the failure escaped backoffLimit and the
+  replacement backoff;
+- a replacement is created only once the old pod is gone from the API (a terminating pod
+  still occupies its index: two TensorFlow tasks with one identity must never overlap,
+  k8s#115844) and its backoff has elapsed: base * 2^(failures-1), capped, where a pod that
+  ran for ``reset_after`` seconds starts the count afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from controller.types import JSON
+from reconcile.api.names import RestartPolicy
+from reconcile.api.status_types import IndexRetry, ReplicaStatus, format_indexes, parse_indexes
+from reconcile.objects.pods import (
+    PodPhase,
+    created_at,
+    deletion_requested_at,
+    exit_code,
+    finished_at,
+    has_condition,
+    is_retired,
+    is_scheduled,
+    is_terminating,
+    phase_of,
+    restart_count,
+    started_at,
+    uid_of,
+)
+
+
+class PodOutcome(Enum):
+    PENDING = "pending"  # not running yet: occupies its index
+    RUNNING = "running"  # active
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"  # failed; replace it, counting against backoffLimit
+    DISRUPTED = "disrupted"  # ended by something outside the job; replace, not counted
+    FAIL_NEVER = "fail-never"  # failed under restartPolicy Never: the index failed for good
+    FAIL_EXIT_CODE = "fail-exit-code"  # ExitCode policy, permanent exit code
+    #: terminating pod we deleted ourselves (suspend, scale-down): just wait
+    LEFTOVER = "leftover"
+    #: deleted by someone else but not ended yet: its end decides (a graceful delete
+    #: the program survives to exit 0 is a success; a kill, or vanishing, a disruption)
+    TERMINATING = "terminating"
+
+
+def is_permanent_exit_code(code: int) -> bool:
+    """ExitCode policy: 1-127 is the program's own verdict; 128+ means killed by a signal
+    (OOM, preemption, SIGTERM), worth retrying. 0 in a Failed pod means another container
+    failed, and a missing exit code means the container never ran: both retryable."""
+    return 1 <= code <= 127
+
+
+def is_disrupted(pod: Mapping[str, Any]) -> bool:
+    """Evicted by kubelet, or marked for disruption (preemption, taint eviction, node
+    shutdown, PodGC) with the DisruptionTarget condition."""
+    return (pod.get("status") or {}).get("reason") == "Evicted" or has_condition(
+        pod, "DisruptionTarget"
+    )
+
+
+#: After a graceful delete, the kubelet deletes the ended pod again with grace 0, and the
+#: apiserver moves deletionTimestamp to that moment: a pod killed by the deletion then
+#: looks as if it ended just before it was deleted. An end this close to a grace-0
+#: deletion was the deletion's doing.
+FINAL_DELETE_WINDOW = timedelta(seconds=10)
+
+
+def failed_before_deletion(pod: Mapping[str, Any]) -> bool:
+    """A Failed pod that also carries a deletionTimestamp either failed first and was then
+    deleted (by us, replacing it) or was killed by the deletion. The container finish time
+    against the DELETE time tells the two apart."""
+    requested = deletion_requested_at(pod)
+    finished = finished_at(pod)
+    if requested is None or finished is None:
+        return False
+    if pod.get("metadata", {}).get("deletionGracePeriodSeconds") == 0:
+        # A force delete, or the kubelet's final one (see FINAL_DELETE_WINDOW): a pod that
+        # failed on its own long before is still told apart.
+        return requested - finished > FINAL_DELETE_WINDOW
+    return finished < requested
+
+
+def deleted_by_suspend(pod: Mapping[str, Any], resumed_at: datetime | None) -> bool:
+    """A terminating pod created before the job last resumed: the suspend deleted it, and
+    its end does not count. Strictly before: both times have one-second precision, and
+    the controller creates pods in the very second it resumes a job, so a pod created
+    in that second is one of the resumed job's (a suspend, resume and creation all in
+    one second would count a suspended pod's end as a disruption: the safe side)."""
+    created = created_at(pod)
+    return resumed_at is not None and created is not None and created < resumed_at
+
+
+def deleted_by_us(pod: Mapping[str, Any], resumed_at: datetime | None) -> bool:
+    """A terminating pod the controller itself deleted, for a suspend or because its
+    index had left the spec (a scale-down undone before the pod was gone)."""
+    return is_retired(pod) or deleted_by_suspend(pod, resumed_at)
+
+
+def pod_outcome(
+    pod: Mapping[str, Any], restart_policy: str, *, resumed_at: datetime | None = None
+) -> PodOutcome:
+    """What one pod means for its index under the replica's restart policy."""
+    phase = phase_of(pod)
+    terminating = is_terminating(pod)
+    if phase == PodPhase.SUCCEEDED:
+        return PodOutcome.SUCCEEDED
+    if phase == PodPhase.FAILED:
+        if terminating and not failed_before_deletion(pod):
+            if deleted_by_us(pod, resumed_at):
+                # Killed by our own delete and seen only once its index was back in the
+                # spec (a resume, a scale-up, or a cache that caught up late): its end is
+                # ours, not a disruption.
+                return PodOutcome.LEFTOVER
+            return PodOutcome.DISRUPTED
+        if is_disrupted(pod):
+            return PodOutcome.DISRUPTED
+        if restart_policy == RestartPolicy.NEVER:
+            return PodOutcome.FAIL_NEVER
+        if restart_policy == RestartPolicy.EXIT_CODE and is_permanent_exit_code(exit_code(pod)):
+            return PodOutcome.FAIL_EXIT_CODE
+        return PodOutcome.RETRY
+    if terminating:
+        if deleted_by_us(pod, resumed_at):
+            return PodOutcome.LEFTOVER
+        if phase == PodPhase.PENDING and not is_scheduled(pod):
+            # Deleted before any node took it: it never ran and no kubelet will end it
+            # (kept only by our tracking finalizer), so its deletion is its end.
+            return PodOutcome.DISRUPTED
+        return PodOutcome.TERMINATING
+    return PodOutcome.RUNNING if phase == PodPhase.RUNNING else PodOutcome.PENDING
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    base_seconds: float = 10.0
+    max_seconds: float = 360.0
+    reset_after_seconds: float = 600.0
+
+    def delay(self, failures: int) -> float:
+        """Wait before replacing a pod after its ``failures``-th consecutive failure."""
+        if failures <= 0:
+            return 0.0
+        # Cap the exponent first: 2**failures would grow without bound for a long history.
+        return float(min(self.base_seconds * 2 ** min(failures - 1, 62), self.max_seconds))
+
+
+@dataclass(frozen=True)
+class ReplicaInput:
+    rtype: str
+    replicas: int
+    restart_policy: str
+    #: enableDynamicWorker and this is the Worker type: failures never fail the job.
+    failures_tolerated: bool = False
+
+
+@dataclass
+class ReplicaOutcome:
+    status: ReplicaStatus
+    create: list[int] = field(default_factory=list)
+    delete: list[JSON] = field(default_factory=list)
+    #: Seconds until the earliest pending replacement is due, if any is waiting.
+    wait: float | None = None
+    #: Some index is between the end of a pod and its replacement running.
+    restarting: bool = False
+    #: How the replica failed for good, if it did (and failures are not tolerated).
+    permanent_failure: PodOutcome | None = None
+    #: Indexes whose ending was newly accounted in this pass (for tests and logs).
+    accounted: list[int] = field(default_factory=list)
+    #: The same, said for the reconcile's log line: "index:how:pod UID prefix".
+    ends: list[str] = field(default_factory=list)
+
+
+#: An index with no retry state (models are frozen: one instance serves every pass).
+_NO_RETRY = IndexRetry()
+
+
+def account_replica(
+    inp: ReplicaInput,
+    pods_by_index: Mapping[int, Sequence[JSON]],
+    old: ReplicaStatus,
+    now: datetime,
+    backoff: BackoffPolicy,
+    *,
+    resumed_at: datetime | None = None,
+) -> ReplicaOutcome:
+    """Fold the observed pods of one replica type into its durable record and decide which
+    indexes need a pod now, which pods go, and when to look again."""
+    succeeded = set(i for i in parse_indexes(old.succeeded_indexes) if i < inp.replicas)
+    failed = set(i for i in parse_indexes(old.failed_indexes) if i < inp.replicas)
+    retries: dict[int, IndexRetry] = {
+        int(k): v for k, v in old.index_retries.items() if k.isdigit() and int(k) < inp.replicas
+    }
+    was_active = parse_indexes(old.active_indexes)
+    out = ReplicaOutcome(status=old)
+    restarts, disruptions, active = old.restarts, old.disruptions, 0
+    active_indexes: set[int] = set()
+
+    for index, pods in sorted(pods_by_index.items()):
+        if index >= inp.replicas:
+            # Scale-down: highest indexes go; they are not accounted any more.
+            out.delete.extend(p for p in pods if not is_terminating(p))
+
+    for index in range(inp.replicas):
+        if index in succeeded or index in failed:
+            continue  # the durable terminal record: never re-run, never re-judged
+        rec = retries.get(index, _NO_RETRY)
+        occupied = False
+        replacement_running = False
+        for pod in pods_by_index.get(index, ()):
+            occupied = True
+            uid = uid_of(pod)
+            if uid and uid == rec.last_pod_uid:
+                # Ended and accounted on an earlier pass; make sure it is on its way out.
+                if not is_terminating(pod):
+                    out.delete.append(pod)
+                continue
+            restarts, rec = _fold_container_restarts(pod, uid, rec, restarts)
+            outcome = pod_outcome(pod, inp.restart_policy, resumed_at=resumed_at)
+            if outcome is PodOutcome.RUNNING:
+                replacement_running = not is_terminating(pod)
+                active += 1
+                active_indexes.add(index)
+            elif outcome is PodOutcome.SUCCEEDED:
+                succeeded.add(index)
+            elif outcome in (PodOutcome.FAIL_NEVER, PodOutcome.FAIL_EXIT_CODE):
+                failed.add(index)
+                out.accounted.append(index)
+                out.ends.append(_end(index, outcome, uid))
+                if not inp.failures_tolerated and out.permanent_failure is None:
+                    out.permanent_failure = outcome
+            elif outcome is PodOutcome.DISRUPTED:
+                # Recorded now, deleted (if still there) by the pass after the status
+                # holding the record is stored: see "account, then delete" above.
+                disruptions += 1
+                rec = rec.model_copy(update={"last_pod_uid": uid})
+                out.accounted.append(index)
+                out.ends.append(_end(index, outcome, uid))
+            elif outcome is PodOutcome.RETRY:
+                restarts += 1
+                ended = finished_at(pod) or now
+                started = started_at(pod)
+                ran = (ended - started).total_seconds() if started is not None else 0.0
+                failures = 1 if ran >= backoff.reset_after_seconds else rec.failures + 1
+                rec = rec.model_copy(
+                    update={"failures": failures, "last_failure_time": ended, "last_pod_uid": uid}
+                )
+                out.accounted.append(index)
+                out.ends.append(_end(index, outcome, uid))
+            elif outcome is PodOutcome.TERMINATING and phase_of(pod) == PodPhase.RUNNING:
+                # Still running: should it vanish without an end we saw, that is a
+                # disruption (activeIndexes), counted then.
+                active_indexes.add(index)
+            # PENDING, LEFTOVER and TERMINATING just occupy the index.
+
+        if index in succeeded or index in failed:
+            retries.pop(index, None)  # terminal: the retry state has served its purpose
+            continue
+        if rec.last_pod_uid is not None:
+            if replacement_running:
+                # Recovered: the ended pod is gone (its replacement exists), forget its UID.
+                rec = rec.model_copy(update={"last_pod_uid": None})
+            else:
+                out.restarting = True
+        vanished = not occupied and index in was_active
+        if vanished:
+            # Running at the last write, gone now, and its end never seen: it was removed
+            # from under us. A disruption; like every end, recorded before anything else is
+            # done about it, so the replacement comes with the next pass (the status
+            # write's own event), no backoff.
+            disruptions += 1
+            out.accounted.append(index)
+            out.ends.append(f"{index}:vanished")
+            out.restarting = True
+        elif not occupied:
+            due = _backoff_due(rec, backoff)
+            if due is not None and due > now:
+                remaining = (due - now).total_seconds()
+                out.wait = remaining if out.wait is None else min(out.wait, remaining)
+            else:
+                out.create.append(index)
+        retries[index] = rec
+
+    out.status = old.model_copy(
+        update={
+            "active": active,
+            "succeeded": len(succeeded),
+            "failed": len(failed),
+            "restarts": restarts,
+            "disruptions": disruptions,
+            "succeeded_indexes": format_indexes(succeeded),
+            "failed_indexes": format_indexes(failed),
+            "active_indexes": format_indexes(active_indexes),
+            "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != _NO_RETRY},
+        }
+    )
+    return out
+
+
+def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:
+    return f"{index}:{outcome.value}:{(uid or '')[:8]}"
+
+
+def _fold_container_restarts(
+    pod: Mapping[str, Any], uid: str, rec: IndexRetry, restarts: int
+) -> tuple[int, IndexRetry]:
+    count = restart_count(pod)
+    if count <= 0:
+        return restarts, rec
+    seen = rec.container_restarts if rec.pod_uid == uid else 0
+    if count > seen:
+        restarts += count - seen
+        rec = rec.model_copy(update={"pod_uid": uid, "container_restarts": count})
+    return restarts, rec
+
+
+def _backoff_due(rec: IndexRetry, backoff: BackoffPolicy) -> datetime | None:
+    if rec.failures <= 0 or rec.last_failure_time is None:
+        return None
+    return rec.last_failure_time + timedelta(seconds=backoff.delay(rec.failures))

@@ -1,0 +1,409 @@
+"""The TFJob reconciler: one pass over one job, in a fixed order.
+
+    read from the cache → return early (gone: let its pods go) → check expectations →
+    list owned pods and services from the cache indexes → read the job once
+    (reconcile.api.spec) → compute the plan (pure) → apply it → write status once, only if
+    it changed → emit events → requeue when a timer is due.
+
+Everything that decides lives in reconcile.plan and the rooms it calls; this module only
+sequences reads and writes (the writes themselves are reconcile.sync.writes), and paces
+progress-only status writes (``_write_status``, reconcile.sync.pacing).
+
+Creates do not hold a worker: a pass raises the creation expectations and hands its
+creates to the ``Spawner`` (the machinery's background work), then goes on to the status
+write. The expectations keep the job's next pass from acting until every create is
+observed (or has failed), so nothing is created twice; a create that fails lowers its
+expectation, records FailedCreate and raises, and the machinery requeues the job with
+the workqueue's backoff. Deletes stay in the pass: restart accounting relies on "record
+the end, then delete" (see reconcile.policy.restart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import anyio.to_thread
+import structlog
+
+from controller.types import (
+    CONTROLLER_NAME_INDEX,
+    CONTROLLER_UID_INDEX,
+    JSON,
+    CacheReader,
+    Clock,
+    EventSink,
+    Expectations,
+    ObjectWriter,
+    Pacer,
+    Result,
+    Spawner,
+    owned_by,
+    split_key,
+)
+from reconcile.api.spec import JobView, SpecCache
+from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
+from reconcile.policy import conditions as cond
+from reconcile.policy.failures import CreateFailures
+from reconcile.policy.gang import priority_class_of
+from reconcile.policy.tracking import strays
+from reconcile.sync.keys import (
+    expectation_keys,
+    own_writes_observed,
+    podgroups_key,
+    pods_key,
+    releases_key,
+    services_key,
+)
+from reconcile.sync.metrics import JobMetrics
+from reconcile.sync.writes import ChildWrites, Outcome, delete_job, write_podgroup, write_status
+
+#: How long to wait before looking again at a job whose writes are not yet observed.
+#: The observing informer event re-enqueues the key sooner; this is the safety net. A job
+#: whose creates still wait in the background sets none: the spawner looks at it again
+#: this long after the last of them ends (controller.types.Spawner), and before that its
+#: passes could only find it still waiting. At 20 QPS the last job of a burst of 200
+#: waits there for minutes, and a timer every 5 s was a third of all passes.
+UNSATISFIED_RECHECK_SECONDS = 5.0
+#: A job with more pods, services and replicas than this is planned on a worker thread:
+#: planning is pure Python at ~50-100 us an object, and on the event loop a 1,000-replica
+#: job would hold every other job, the probes and the lease renewal for 100+ ms a pass.
+#: Off the loop it takes the GIL in turns (every 5 ms), so the loop keeps running.
+PLAN_OFF_LOOP_OBJECTS = 200
+#: How soon a job whose creates found the background backlog full looks again.
+BACKLOG_RECHECK_SECONDS = 1.0
+#: How long a job's creates may keep failing permanently before the job fails.
+DEFAULT_FAILED_CREATE_GRACE = 120.0
+
+
+@dataclass
+class Writers:
+    jobs: ObjectWriter
+    pods: ObjectWriter
+    services: ObjectWriter
+    #: gang scheduling only (PlanConfig.gang)
+    podgroups: ObjectWriter | None = None
+
+
+@dataclass
+class Caches:
+    jobs: CacheReader
+    pods: CacheReader
+    services: CacheReader
+    #: gang scheduling only: PodGroups by (namespace, name), PriorityClasses by name
+    podgroups: CacheReader | None = None
+    priorityclasses: CacheReader | None = None
+
+
+class TFJobReconciler:
+    def __init__(
+        self,
+        *,
+        caches: Caches,
+        writers: Writers,
+        expectations: Expectations,
+        events: EventSink,
+        clock: Clock,
+        spawner: Spawner,
+        pacer: Pacer,
+        config: PlanConfig | None = None,
+        metrics: JobMetrics | None = None,
+        max_concurrent_writes: int = 64,
+        failed_create_grace: float = DEFAULT_FAILED_CREATE_GRACE,
+    ) -> None:
+        self.caches = caches
+        self.writers = writers
+        self.expectations = expectations
+        self.events = events
+        self.clock = clock
+        self.config = config or PlanConfig()
+        self.metrics = metrics
+        #: paces progress-only status writes (reconcile.sync.pacing.STATUS_PACE_SECONDS)
+        self.pacer = pacer
+        #: the job parsed, validated and defaulted once per spec (reconcile.api.spec)
+        self.specs = SpecCache()
+        self.spawner = spawner
+        #: creates the apiserver keeps refusing (reconcile.policy.failures)
+        self.failures = CreateFailures(clock, grace_seconds=failed_create_grace)
+        #: jobs whose status write was handed to the background and is not back yet
+        self._status_in_flight: set[str] = set()
+        #: per job waiting on its own writes, the pods (and spec generation) its last
+        #: progress report was computed from (``_while_creating``)
+        self._reported: dict[str, tuple[object, ...]] = {}
+        #: per job with creates handed off, the job they were planned for (``_planned``)
+        self._planned_for: dict[str, tuple[object, ...]] = {}
+        self._children = ChildWrites(
+            pods=writers.pods,
+            services=writers.services,
+            expectations=expectations,
+            events=events,
+            spawner=spawner,
+            failures=self.failures,
+            clock=clock,
+            max_concurrent=max_concurrent_writes,
+        )
+
+    async def reconcile(self, key: str) -> Result:
+        namespace, name = split_key(key)
+        # 1. Read from the cache; a job that is gone takes its expectations with it.
+        raw = self.caches.jobs.get(namespace, name)
+        if raw is None:
+            return await self._gone(key)
+        if self.spawner.backlog(key) and self._planned_for.get(key) != _planned(raw):
+            # Creates planned for a job that is no longer this one (replaced, its spec
+            # changed, being deleted: a suspend is a spec change) must not go out:
+            # a suspended job would get pods again, and a deleted one's would hold
+            # everyone else's back. The plan below is made afresh.
+            structlog.contextvars.bind_contextvars(creates_dropped=self.spawner.drop(key))
+        # 2. Don't act on a stale view of our own writes: every create/delete we issued
+        #    and the job's last status write must be visible in the caches first, or the
+        #    plan would create a pod that already exists or undo a status just written.
+        #    Creates still queued in the background count as not yet observed however
+        #    long they wait, whatever the expectations' TTL says. Progress alone may
+        #    still be reported meanwhile.
+        if self.spawner.backlog(key) or not own_writes_observed(self.expectations, key):
+            return await self._while_creating(key, raw)
+        self._reported.pop(key, None)
+        # 3. Pods an earlier job of this name left tracked go first: their names are the
+        #    ones this job's pods will take.
+        uid = raw["metadata"]["uid"]
+        stray = strays(self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key), uid)
+        if stray:
+            return await self._release_strays(key, stray)
+        # 4. Owned children, from the cache indexes.
+        owner = owned_by(namespace, uid)
+        pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, owner)
+        services = self.caches.services.by_index(CONTROLLER_UID_INDEX, owner)
+        # 5. The job read once, and the plan: pure. A job being deleted is the garbage
+        #    collector's: the plan only lets its pods go.
+        view, plan = await self._plan(key, raw, pods, services)
+        if plan.skip_reason:
+            structlog.contextvars.bind_contextvars(outcome=plan.skip_reason)
+        if plan.ends:
+            structlog.contextvars.bind_contextvars(ends=plan.ends)
+        # 6. Apply it: deletes and releases in the pass, creates handed to the background.
+        outcome = Outcome()
+        if plan.podgroup is not None and self.writers.podgroups is not None:
+            structlog.contextvars.bind_contextvars(podgroup=plan.podgroup.verb)
+            await write_podgroup(
+                self.writers.podgroups,
+                self.expectations,
+                self.events,
+                key,
+                view,
+                plan.podgroup,
+                outcome,
+            )
+        await self._children.apply(key, view, plan, outcome)
+        if outcome.handed_off:
+            self._planned_for[key] = _planned(raw)
+        if plan.delete_job:
+            deleted = await delete_job(self.writers.jobs, self.events, view, outcome)
+            if deleted and self.metrics is not None:
+                self.metrics.transition(raw, cond.REASON_DELETED_JOB)
+            return _done("ttl-deleted")
+        # 7. Write status once, only if it changed (progress alone is paced).
+        requeue_after = await self._write_status(key, view, plan, outcome)
+        # 8. Events of this pass's transitions, only once the status that records them
+        #    is stored (a failed write retries the pass, which would repeat them); a
+        #    write handed to the background announces them itself.
+        if not outcome.status_handed_off:
+            self._announce(view, plan)
+        structlog.contextvars.bind_contextvars(
+            created=outcome.created,
+            creates_handed_off=outcome.handed_off,
+            deleted=outcome.deleted,
+            released=outcome.released,
+            status_written=outcome.status_written,
+        )
+        if outcome.errors:
+            # The first write error decides the retry; the rest were logged.
+            raise outcome.errors[0]
+        if outcome.status_handed_off:
+            structlog.contextvars.bind_contextvars(status_handed_off=True)
+        if outcome.deferred:
+            structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
+        if outcome.deferred and not outcome.handed_off:
+            # The backlog is full of other jobs' creates: look again once it drains.
+            requeue_after = min(requeue_after or BACKLOG_RECHECK_SECONDS, BACKLOG_RECHECK_SECONDS)
+        return Result(requeue_after=requeue_after)
+
+    async def _plan(
+        self, key: str, raw: JSON, pods: list[JSON], services: list[JSON], status_only: bool = False
+    ) -> tuple[JobView, Plan]:
+        namespace, name = split_key(key)
+        view = self.specs.read(key, raw)
+        snap = Snapshot(
+            view,
+            pods,
+            services,
+            self.clock.now(),
+            failure=self.failures.persistent(key, raw["metadata"]["uid"]),
+            podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
+            priorities=self._priorities(view),
+        )
+        if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
+            # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
+            plan = partial(compute_plan, snap, self.config, status_only=status_only)
+            return view, await anyio.to_thread.run_sync(plan)
+        return view, compute_plan(snap, self.config, status_only=status_only)
+
+    async def _while_creating(self, key: str, raw: JSON) -> Result:
+        """A job whose own creates (or deletes) are not all seen yet may not plan: it
+        would make again what is on its way. It may still report progress: pods of it
+        that are running now are counted as they are, and nothing but replica counts and
+        the Running condition is written (any other change waits for the full pass). At
+        20 QPS a job's 16 creates take most of a second, and its first pods run well
+        before the last is made. Only once its own last status write is seen (the plan
+        starts from it) and none is in flight, which a conflict would lose."""
+        recheck = None if self.spawner.backlog(key) else UNSATISFIED_RECHECK_SECONDS
+        waiting = Result(requeue_after=recheck)
+        if key in self._status_in_flight or not all(
+            self.expectations.satisfied(k) for k in (key, releases_key(key), podgroups_key(key))
+        ):
+            return _done("awaiting-expectations", recheck)
+        structlog.contextvars.bind_contextvars(outcome="awaiting-expectations")
+        owner = owned_by(split_key(key)[0], raw["metadata"]["uid"])
+        pods = self.caches.pods.by_index(CONTROLLER_UID_INDEX, owner)
+        # Progress is a function of the pods and the spec: the same ones as at the last
+        # report (its write now seen, or nothing to report then) give the same report.
+        # Most passes here come from our own status write being seen.
+        inputs = (raw["metadata"].get("generation"), *sorted(_versions(pods)))
+        if self._reported.get(key) == inputs:
+            structlog.contextvars.bind_contextvars(progress="unchanged")
+            return waiting
+        services = self.caches.services.by_index(CONTROLLER_UID_INDEX, owner)
+        view, plan = await self._plan(key, raw, pods, services, status_only=True)
+        if plan.status is None or not plan.reports_progress or plan.skip_reason:
+            self._reported[key] = inputs
+            return waiting
+        wait = self.pacer.delay(key)
+        if wait > 0:
+            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
+            return Result(requeue_after=wait)
+        await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        self._reported[key] = inputs
+        self.pacer.mark(key)
+        self._announce(view, plan)
+        structlog.contextvars.bind_contextvars(status_written=True)
+        return waiting
+
+    def _priorities(self, view: JobView) -> dict[str, int]:
+        """The values of the PriorityClasses the job's templates name (gang scheduling
+        orders replica types by them); a missing one counts as 0."""
+        cache = self.caches.priorityclasses
+        job = view.tfjob
+        if cache is None or job is None:
+            return {}
+        out: dict[str, int] = {}
+        for spec in job.replica_specs.values():
+            name = priority_class_of(spec.template)
+            pc = cache.get("", name) if name else None  # cluster-scoped: no namespace
+            if pc is not None and isinstance(pc.get("value"), int):
+                out[name] = pc["value"]
+        return out
+
+    async def _gone(self, key: str) -> Result:
+        """The job is gone: forget it, once no pod of it still carries our finalizer
+        (deleted while the controller was down, or just now: the garbage collector is
+        deleting its pods, and they cannot go until they are let go)."""
+        dropped = self.spawner.drop(key)  # its creates would only be garbage-collected
+        if dropped:
+            structlog.contextvars.bind_contextvars(creates_dropped=dropped)
+        stray = strays(self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key), None)
+        if stray:
+            return await self._release_strays(key, stray, outcome="gone")
+        for k in expectation_keys(key):
+            self.expectations.delete(k)
+        self.specs.forget(key)
+        self._reported.pop(key, None)
+        self._planned_for.pop(key, None)
+        self.pacer.forget(key)
+        self.failures.forget(key)
+        return _done("gone")
+
+    async def _release_strays(
+        self, key: str, stray: list[JSON], *, outcome: str = "releasing-strays"
+    ) -> Result:
+        if not self.expectations.satisfied(releases_key(key)):
+            return _done("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
+        done = Outcome()
+        await self._children.release(key, stray, done)
+        structlog.contextvars.bind_contextvars(outcome=outcome, released=done.released)
+        if done.errors:
+            raise done.errors[0]
+        return Result()
+
+    async def _write_status(
+        self, key: str, view: JobView, plan: Plan, outcome: Outcome
+    ) -> float | None:
+        """Write the plan's status; return when to look at the job again.
+
+        Progress alone (replica counts, Running) is paced: a job writes it at most once
+        per STATUS_PACE_SECONDS after any status write, and progress seen sooner waits,
+        the wait being this pass's requeue_after, so the pods of a job that start
+        together share one write (or the decisive write that follows them). Anything
+        else is written at once."""
+        requeue_after = plan.requeue_after
+        if plan.status is None:
+            return requeue_after
+        wait = self.pacer.delay(key) if plan.progress_only else 0.0
+        if wait > 0:
+            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
+            return wait if requeue_after is None else min(requeue_after, wait)
+        if outcome.handed_off:
+            # This pass handed creates off, so the job's next pass waits for them anyway:
+            # the status write joins them rather than hold a worker on the status
+            # budget. In a burst of new jobs, their first writes (Created) queue there
+            # for seconds, and workers waiting on them would leave other jobs' passes
+            # (a pod now running, a chief that succeeded) waiting too.
+            self.pacer.mark(key)
+            self._status_in_flight.add(key)  # until the spawned write is back
+            self.spawner.spawn(
+                key, lambda: self._write_and_announce(key, view, plan), bounded=False
+            )
+            outcome.status_handed_off = True
+            return requeue_after
+        await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        self.pacer.mark(key)
+        outcome.status_written = True
+        return requeue_after
+
+    async def _write_and_announce(self, key: str, view: JobView, plan: Plan) -> None:
+        if plan.status is None:
+            return
+        try:
+            await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
+        finally:
+            self._status_in_flight.discard(key)
+        self._announce(view, plan)
+
+    def _announce(self, view: JobView, plan: Plan) -> None:
+        for ev in plan.events:
+            self.events.event(view.raw, ev.type, ev.reason, ev.message)
+            if self.metrics is not None:
+                self.metrics.transition(view.raw, ev.reason)
+
+
+def _planned(raw: JSON) -> tuple[object, ...]:
+    """What a job's creates are planned for: this job (UID), this spec (generation),
+    and a job not being deleted."""
+    meta = raw["metadata"]
+    return meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp"))
+
+
+def _versions(pods: list[JSON]) -> list[str]:
+    return [p["metadata"].get("resourceVersion", "") for p in pods]
+
+
+def _replicas(view: JobView) -> int:
+    job = view.tfjob or view.spec.tolerated
+    return sum(s.count for s in job.replica_specs.values()) if job is not None else 0
+
+
+def _done(outcome: str, requeue_after: float | None = None) -> Result:
+    structlog.contextvars.bind_contextvars(outcome=outcome)
+    return Result(requeue_after=requeue_after)
+
+
+__all__ = ["Caches", "TFJobReconciler", "Writers", "pods_key", "services_key"]

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller import errors
+from controller.clock import FakeClock
+from controller.runtime.events import EventRecorder
+from controller.types import JSON
+
+JOB = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "TFJob",
+    "metadata": {"name": "job", "namespace": "ns", "uid": "u-1", "resourceVersion": "7"},
+}
+
+
+class FakeEvents:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, JSON]] = []
+        self.fail_patch: BaseException | None = None
+        self.fail_create: BaseException | None = None
+
+    async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
+        if self.fail_create:
+            raise self.fail_create
+        self.calls.append(("create", namespace, dict(body)))
+        return dict(body)
+
+    async def patch(self, namespace: str, name: str, body: Mapping[str, Any], **_: Any) -> JSON:
+        if self.fail_patch:
+            raise self.fail_patch
+        self.calls.append(("patch", name, dict(body)))
+        return {}
+
+
+def recorder(writer: FakeEvents, **kw: Any) -> EventRecorder:
+    return EventRecorder(writer, "tfjob-controller", clock=FakeClock(), host="h", **kw)
+
+
+async def test_repeats_fold_into_count() -> None:
+    w = FakeEvents()
+    rec = recorder(w)
+    for _ in range(3):
+        rec.event(JOB, "Normal", "Created", "created pod")
+    assert rec.backlog == 1, "repeats while buffered only bump a count"
+    await rec.flush()
+    ((kind, ns, body),) = w.calls
+    assert (kind, ns, body["count"]) == ("create", "ns", 3)
+    assert body["involvedObject"]["uid"] == "u-1"
+    assert body["source"] == {"component": "tfjob-controller", "host": "h"}
+    assert body["metadata"]["name"].startswith("job.")
+
+    rec.event(JOB, "Normal", "Created", "created pod")
+    await rec.flush()
+    assert w.calls[1] == (
+        "patch",
+        body["metadata"]["name"],
+        {"count": 4, "lastTimestamp": "2024-01-01T00:00:00Z"},
+    )
+
+    rec.event(JOB, "Normal", "Created", "another message")
+    await rec.flush()
+    assert w.calls[2][0] == "create"
+
+
+async def test_expired_event_is_recreated() -> None:
+    w = FakeEvents()
+    rec = recorder(w)
+    rec.event(JOB, "Warning", "Failed", "x")
+    await rec.flush()
+    w.fail_patch = errors.NotFound(404, "NotFound", "gone")
+    rec.event(JOB, "Warning", "Failed", "x")
+    await rec.flush()
+    assert [c[0] for c in w.calls] == ["create", "create"]
+
+
+async def test_buffer_is_bounded_and_failures_never_raise() -> None:
+    w = FakeEvents()
+    why: list[str] = []
+    rec = recorder(w, buffer_size=2, on_drop=why.append)
+    rec.event(JOB, "Normal", "A", "1")
+    rec.event(JOB, "Normal", "B", "2")
+    rec.event(JOB, "Normal", "C", "3")
+    assert rec.dropped == 1
+    rec.event({"metadata": None}, "Normal", "A", "1")  # malformed object: no exception
+    assert rec.dropped == 2  # ...but the buffer is still full
+    w.fail_create = errors.ServerError(500, "", "down")
+    await rec.flush()
+    assert rec.dropped == 4, "failed writes are dropped, not retried"
+    assert why == ["buffer_full", "buffer_full", "write_failed", "write_failed"]
+    assert w.calls == []
+    assert rec.backlog == 0
+
+
+async def test_a_terminating_namespace_is_muted_for_a_while() -> None:
+    w = FakeEvents()
+    clock = FakeClock()
+    rec = EventRecorder(w, "tfjob-controller", clock=clock, host="h", mute_seconds=300)
+    w.fail_create = errors.Forbidden(
+        403, "Forbidden", "namespace is being terminated",
+        {"causes": [{"reason": "NamespaceTerminating"}]},
+    )  # fmt: skip
+    rec.event(JOB, "Normal", "A", "1")
+    await rec.flush()
+    w.fail_create = None
+    other = {**JOB, "metadata": {**JOB["metadata"], "namespace": "other", "uid": "u-2"}}
+    for reason in ("B", "C"):
+        rec.event(JOB, "Normal", reason, "1")
+    rec.event(other, "Normal", "B", "1")
+    await rec.flush()
+    # nothing more is sent to the namespace going away; other namespaces are unaffected
+    assert [(c[1], c[2]["reason"]) for c in w.calls] == [("other", "B")]
+    assert rec.dropped == 3
+    clock.advance(301)
+    rec.event(JOB, "Normal", "D", "1")
+    await rec.flush()
+    assert w.calls[-1][1:] and w.calls[-1][2]["reason"] == "D"

@@ -1,0 +1,225 @@
+"""Restart-policy decisions and per-index accounting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reconcile.api.status_types import IndexRetry, ReplicaStatus
+from reconcile.policy.restart import (
+    BackoffPolicy,
+    PodOutcome,
+    ReplicaInput,
+    account_replica,
+    is_permanent_exit_code,
+    pod_outcome,
+)
+from tests.builders import at, make_pod, make_tfjob
+
+JOB = make_tfjob("j").worker(3).obj()
+Out = PodOutcome
+
+
+def pod(index: int = 0) -> Any:
+    return make_pod(JOB, "Worker", index)
+
+
+@pytest.mark.parametrize(
+    ("p", "policy", "want"),
+    [
+        pytest.param(pod().pending(), "Never", Out.PENDING, id="pending"),
+        pytest.param(pod().running(), "Never", Out.RUNNING, id="running"),
+        pytest.param(pod().succeeded(), "Never", Out.SUCCEEDED, id="succeeded"),
+        pytest.param(pod().succeeded().terminating(), "OnFailure", Out.SUCCEEDED, id="succeeded-then-deleted"),
+        pytest.param(pod().failed(1), "Never", Out.FAIL_NEVER, id="never"),
+        pytest.param(pod().failed(137), "Never", Out.FAIL_NEVER, id="never-signal"),
+        pytest.param(pod().failed(1), "OnFailure", Out.RETRY, id="onfailure"),
+        pytest.param(pod().failed(1), "Always", Out.RETRY, id="always"),
+        pytest.param(pod().failed(1), "ExitCode", Out.FAIL_EXIT_CODE, id="exitcode-1"),
+        pytest.param(pod().failed(127), "ExitCode", Out.FAIL_EXIT_CODE, id="exitcode-127"),
+        pytest.param(pod().failed(128), "ExitCode", Out.RETRY, id="exitcode-128"),
+        pytest.param(pod().failed(137), "ExitCode", Out.RETRY, id="exitcode-137"),
+        pytest.param(pod().failed(0), "ExitCode", Out.RETRY, id="exitcode-0-other-container"),
+        pytest.param(pod().failed(None), "ExitCode", Out.RETRY, id="exitcode-no-status"),
+        pytest.param(pod().evicted(), "Never", Out.DISRUPTED, id="evicted"),
+        pytest.param(pod().failed(1).disruption_target(), "Never", Out.DISRUPTED, id="disruption-target"),
+        pytest.param(pod().running().terminating(), "Never", Out.TERMINATING, id="deleted-running"),
+        pytest.param(pod().pending().terminating(), "Never", Out.TERMINATING, id="deleted-pending"),
+        pytest.param(pod().succeeded().terminating(), "Never", Out.SUCCEEDED, id="deleted-then-exit-0"),
+        pytest.param(pod().failed(143, finished=60).terminating(requested=50), "Never", Out.DISRUPTED,
+                     id="killed-by-delete"),
+        pytest.param(pod().failed(1, finished=40).terminating(requested=50), "Never", Out.FAIL_NEVER,
+                     id="failed-then-deleted"),
+        # the kubelet's final grace-0 delete moved deletionTimestamp to just after the kill
+        pytest.param(pod().failed(137, finished=60).terminating(requested=61, grace=0), "OnFailure",
+                     Out.DISRUPTED, id="killed-then-final-delete"),
+        pytest.param(pod().failed(1, finished=40).terminating(requested=90, grace=0), "OnFailure",
+                     Out.RETRY, id="failed-long-before-a-force-delete"),
+    ],
+)  # fmt: skip
+def test_pod_outcome(p: Any, policy: str, want: PodOutcome) -> None:
+    assert pod_outcome(p.obj(), policy) is want
+
+
+def test_terminating_pod_from_before_resume_is_leftover() -> None:
+    p = pod().running().created(5).terminating().obj()
+    assert pod_outcome(p, "Never", resumed_at=at(10)) is Out.LEFTOVER
+    assert pod_outcome(p, "Never", resumed_at=at(4)) is Out.TERMINATING
+    # created in the second the job resumed: one of the resumed job's pods, whose end
+    # counts (the controller creates pods in that very second)
+    same = pod().running().created(10).terminating().obj()
+    assert pod_outcome(same, "Never", resumed_at=at(10)) is Out.TERMINATING
+
+
+def test_pod_killed_by_the_suspend_and_seen_after_the_resume_is_leftover() -> None:
+    # The chaos run of seed 11: the suspend deleted the pod, kwok killed it (exit 137),
+    # and a replica whose pod watch was cut saw that end only after the resume.
+    killed = pod().failed(137, finished=52).created(5).terminating(requested=51).obj()
+    assert pod_outcome(killed, "OnFailure", resumed_at=at(53)) is Out.LEFTOVER
+    assert pod_outcome(killed, "Never", resumed_at=at(53)) is Out.LEFTOVER
+    # no resume on record: a delete from outside that killed it, a disruption
+    assert pod_outcome(killed, "OnFailure") is Out.DISRUPTED
+    # created after the resume: the resumed job's own pod, deleted from outside
+    late = pod().failed(137, finished=60).created(54).terminating(requested=59).obj()
+    assert pod_outcome(late, "OnFailure", resumed_at=at(53)) is Out.DISRUPTED
+    # it failed on its own before the suspend deleted it: a failure like any other
+    failed = pod().failed(1, finished=40).created(5).terminating(requested=51).obj()
+    assert pod_outcome(failed, "OnFailure", resumed_at=at(53)) is Out.RETRY
+    assert pod_outcome(failed, "Never", resumed_at=at(53)) is Out.FAIL_NEVER
+
+
+@pytest.mark.parametrize(
+    ("code", "want"), [(0, False), (1, True), (127, True), (128, False), (255, False)]
+)
+def test_is_permanent_exit_code(code: int, want: bool) -> None:
+    assert is_permanent_exit_code(code) is want
+
+
+@pytest.mark.parametrize(
+    ("failures", "want"),
+    [(0, 0.0), (1, 10.0), (2, 20.0), (3, 40.0), (6, 320.0), (7, 360.0), (1000, 360.0)],
+)
+def test_backoff_delay(failures: int, want: float) -> None:
+    assert BackoffPolicy().delay(failures) == want
+
+
+B = BackoffPolicy()
+
+
+def account(pods: dict[int, list[Any]], old: ReplicaStatus | None = None, *, policy: str = "OnFailure",
+            replicas: int = 2, now: float = 100, tolerated: bool = False) -> Any:  # fmt: skip
+    return account_replica(
+        ReplicaInput("Worker", replicas, policy, failures_tolerated=tolerated),
+        pods,
+        old or ReplicaStatus(),
+        at(now),
+        B,
+    )
+
+
+def test_missing_indexes_are_created() -> None:
+    out = account({1: [pod(1).running().obj()]})
+    assert out.create == [0] and out.status.active == 1 and not out.restarting
+
+
+def test_failure_accounted_once_by_uid() -> None:
+    failed = pod(0).failed(1, finished=90).uid("a").obj()
+    out = account({0: [failed]}, replicas=1)
+    # Recorded, not deleted: the delete waits for the status holding the record.
+    assert out.status.restarts == 1 and out.delete == [] and out.restarting
+    assert out.ends == ["0:retry:a"]  # for the reconcile's log line
+    assert out.status.index_retries["0"] == IndexRetry(
+        failures=1, last_failure_time=at(90), last_pod_uid="a"
+    )
+    again = account({0: [failed]}, out.status, replicas=1)  # recorded: now it goes
+    assert again.status == out.status and again.delete == [failed] and again.ends == []
+    once_more = account({0: [failed]}, out.status, replicas=1)  # delete not observed yet
+    assert once_more.status.restarts == 1 and once_more.delete == [failed]
+    terminating = pod(0).failed(1, finished=90).uid("a").terminating(requested=95).obj()
+    third = account({0: [terminating]}, out.status, replicas=1)
+    assert third.status == out.status and third.delete == [] and third.create == []
+
+
+def test_replacement_due_after_backoff() -> None:
+    old = ReplicaStatus(
+        restarts=2,
+        index_retries={"0": IndexRetry(failures=2, last_failure_time=at(90), last_pod_uid="a")},
+    )
+    early = account({}, old, replicas=1, now=100)
+    assert early.create == [] and early.wait == pytest.approx(10) and early.restarting
+    due = account({}, old, replicas=1, now=110)
+    assert due.create == [0] and due.wait is None
+
+
+def test_container_restarts_folded_by_increase() -> None:
+    p1 = pod(0).running().uid("a").restarts(2).obj()
+    out = account({0: [p1]}, replicas=1)
+    assert out.status.restarts == 2
+    same = account({0: [p1]}, out.status, replicas=1)
+    assert same.status == out.status
+    p1_more = pod(0).running().uid("a").restarts(5).obj()
+    assert account({0: [p1_more]}, out.status, replicas=1).status.restarts == 5
+    # A new pod at the index starts from zero again.
+    p2 = pod(0).running().uid("b").restarts(1).obj()
+    assert account({0: [p2]}, out.status, replicas=1).status.restarts == 3
+
+
+def test_terminal_indexes_are_neither_rerun_nor_rejudged() -> None:
+    old = ReplicaStatus(succeeded=1, succeeded_indexes="0", failed=1, failed_indexes="1")
+    out = account({1: [pod(1).failed(1).obj()]}, old, policy="Never")
+    assert out.create == [] and out.permanent_failure is None
+    assert (out.status.succeeded, out.status.failed) == (1, 1)
+
+
+def test_tolerated_failures_record_but_do_not_fail() -> None:
+    out = account({0: [pod(0).failed(1).obj()]}, policy="Never", replicas=1, tolerated=True)
+    assert out.permanent_failure is None and out.status.failed_indexes == "0"
+
+
+def test_scale_down_deletes_highest_indexes_and_forgets_them() -> None:
+    old = ReplicaStatus(succeeded_indexes="2", index_retries={"1": IndexRetry(failures=1)})
+    pods = {i: [pod(i).running().obj()] for i in range(3)}
+    out = account(pods, old, replicas=1)
+    assert [p["metadata"]["name"] for p in out.delete] == ["j-worker-1", "j-worker-2"]
+    assert out.status.succeeded_indexes == "" and out.status.index_retries == {}
+
+
+def test_long_run_resets_backoff_count() -> None:
+    old = ReplicaStatus(index_retries={"0": IndexRetry(failures=4, last_failure_time=at(0))})
+    long_run = pod(0).failed(1, finished=1000, started=100).uid("x").obj()
+    out = account({0: [long_run]}, old, replicas=1, now=1000)
+    assert out.status.index_retries["0"].failures == 1
+    short_run = pod(0).failed(1, finished=200, started=100).uid("y").obj()
+    out = account({0: [short_run]}, old, replicas=1, now=200)
+    assert out.status.index_retries["0"].failures == 5
+
+
+def test_running_pod_that_vanished_unseen_is_a_disruption() -> None:
+    running = account({0: [pod(0).running().uid("a").obj()], 1: [pod(1).running().obj()]})
+    assert running.status.active_indexes == "0-1"
+    # Index 0's pod was force-deleted: the controller never saw it terminating.
+    out = account({1: [pod(1).running().obj()]}, running.status)
+    assert out.status.disruptions == 1 and out.status.restarts == 0
+    # Recorded first; the replacement waits for the pass after the record is stored.
+    assert out.create == [] and out.restarting and out.accounted == [0]
+    assert out.ends == ["0:vanished"]
+    assert out.status.active_indexes == "1"
+    lost = account({1: [pod(1).running().obj()]}, running.status)  # its write was lost
+    assert lost.status == out.status and lost.create == []
+    stored = account({1: [pod(1).running().obj()]}, out.status)
+    assert stored.create == [0] and stored.status.disruptions == 1 and stored.wait is None
+    # Counted once: the next pass (replacement pending) does not count it again.
+    again = account({0: [pod(0).uid("b").obj()], 1: [pod(1).running().obj()]}, out.status)
+    assert again.status.disruptions == 1 and again.create == []
+
+
+def test_index_that_never_ran_or_ended_seen_is_not_a_disruption() -> None:
+    # A pending pod that vanished, and a failure whose deleted pod is gone: neither counts.
+    pending = account({0: [pod(0).obj()]}, replicas=1)
+    assert pending.status.active_indexes == ""
+    assert account({}, pending.status, replicas=1).status.disruptions == 0
+    failed = account({0: [pod(0).failed(137, finished=90).uid("a").obj()]}, replicas=1)
+    assert failed.status.active_indexes == "" and failed.status.restarts == 1
+    gone = account({}, failed.status, replicas=1)
+    assert gone.status.disruptions == 0 and gone.status.restarts == 1
