@@ -211,7 +211,7 @@ def _active_plan(
     ends = [f"{rt}-{end}" for rt, o in outcomes.items() for end in o.ends]
     restart_type = gang_restart.trigger(old, outcomes) if whole and not stale else None
     if restart_type is not None:
-        gang_restart.as_one_restart(old, outcomes)
+        outcomes = gang_restart.as_one_restart(old, outcomes)
     verdict, deadline_in = decide(tfjob, outcomes, clock.start_time, snap.now)
     if verdict is None and snap.failure is not None:
         message = cond.msg_create_failed(tfjob.namespace, tfjob.name, snap.failure.message)
@@ -278,8 +278,7 @@ def _active_plan(
         gang=config.gang,
     )
     if whole:
-        for pod in pods:
-            gang_restart.label_pod(pod, old.gang_epoch)
+        pods = [gang_restart.labelled(pod, old.gang_epoch) for pod in pods]
     releases = active_releases(snap.pods, doomed, old, tfjob, resumed_at=clock.resumed_at)
     return _with_children(
         plan,

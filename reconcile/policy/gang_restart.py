@@ -21,6 +21,7 @@ Without the annotation nothing here applies: each pod is replaced on its own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from controller.types import JSON
 from reconcile.api.models import TFJob
@@ -61,9 +62,11 @@ def split_by_epoch(pods: Iterable[JSON], epoch: int) -> tuple[list[JSON], list[J
     return current, stale
 
 
-def label_pod(pod: JSON, epoch: int) -> None:
+def labelled(pod: JSON, epoch: int) -> JSON:
+    """``pod`` as a member of ``epoch``: a new body, the given one left as it was."""
     metadata = pod["metadata"]
-    metadata["labels"] = {**(metadata.get("labels") or {}), GANG_EPOCH_LABEL: str(epoch)}
+    labels = {**(metadata.get("labels") or {}), GANG_EPOCH_LABEL: str(epoch)}
+    return {**pod, "metadata": {**metadata, "labels": labels}}
 
 
 def trigger(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> str | None:
@@ -77,11 +80,14 @@ def trigger(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> str | Non
     return None
 
 
-def as_one_restart(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> None:
+def as_one_restart(
+    old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]
+) -> dict[str, ReplicaOutcome]:
     """Pods that ended together make one gang restart: the first type's first new
-    restart counts, the others' are taken back (in place, before the verdict reads
-    them)."""
+    restart counts, the others' are taken back (before the verdict reads them). New
+    outcomes; the given ones are left as they were."""
     counted = False
+    out = dict(outcomes)
     for rtype in _in_order(outcomes):
         o = outcomes[rtype]
         was = old.replica_statuses.get(rtype, ReplicaStatus()).restarts
@@ -89,7 +95,8 @@ def as_one_restart(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> No
             continue
         keep = was if counted else was + 1
         counted = True
-        o.status = o.status.model_copy(update={"restarts": keep})
+        out[rtype] = replace(o, status=o.status.model_copy(update={"restarts": keep}))
+    return out
 
 
 def restart_gang(new: JobStatus, old: JobStatus) -> JobStatus:

@@ -36,7 +36,7 @@ pods and the durable per-index record in status (``ReplicaStatus``):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
@@ -186,7 +186,7 @@ class ReplicaInput:
     failures_tolerated: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReplicaOutcome:
     status: ReplicaStatus
     create: list[int] = field(default_factory=list)
@@ -200,6 +200,20 @@ class ReplicaOutcome:
     #: Indexes whose ending was newly accounted in this pass (for tests and logs).
     accounted: list[int] = field(default_factory=list)
     #: The same, said for the reconcile's log line: "index:how:pod UID prefix".
+    ends: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Draft:
+    """A ReplicaOutcome while account_replica fills it in."""
+
+    status: ReplicaStatus
+    create: list[int] = field(default_factory=list)
+    delete: list[JSON] = field(default_factory=list)
+    wait: float | None = None
+    restarting: bool = False
+    permanent_failure: PodOutcome | None = None
+    accounted: list[int] = field(default_factory=list)
     ends: list[str] = field(default_factory=list)
 
 
@@ -224,7 +238,7 @@ def account_replica(
         int(k): v for k, v in old.index_retries.items() if k.isdigit() and int(k) < inp.replicas
     }
     was_active = parse_indexes(old.active_indexes)
-    out = ReplicaOutcome(status=old)
+    out = _Draft(status=old)
     restarts, disruptions, active = old.restarts, old.disruptions, 0
     active_indexes: set[int] = set()
 
@@ -326,7 +340,7 @@ def account_replica(
             "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != _NO_RETRY},
         }
     )
-    return out
+    return ReplicaOutcome(**{f.name: getattr(out, f.name) for f in fields(_Draft)})
 
 
 def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:

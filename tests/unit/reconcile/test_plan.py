@@ -55,7 +55,12 @@ class World:
             [copy.deepcopy(s) for s in self.services.values()],
             at(self.now),
         )
+        pods, services = copy.deepcopy(snap.pods), copy.deepcopy(snap.services)
+        job = snap.job.raw
+        job_before = copy.deepcopy(job)
         plan = compute_plan(snap, config)
+        # the planner is pure: every pass of every table test checks it changed nothing
+        assert (snap.pods, snap.services, job) == (pods, services, job_before)
         for pod in plan.delete_pods:
             # Kubelet is not simulated: deleting makes the pod terminating; tests call
             # gone() to let it disappear.

@@ -3,9 +3,17 @@ retried end restarts every pod, all gone before any is back, one restart counted
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from reconcile.policy.gang_restart import GANG_EPOCH_LABEL, GANG_RESTART_ANNOTATION
+from reconcile.api.status_types import JobStatus, ReplicaStatus
+from reconcile.policy.gang_restart import (
+    GANG_EPOCH_LABEL,
+    GANG_RESTART_ANNOTATION,
+    as_one_restart,
+    labelled,
+)
+from reconcile.policy.restart import ReplicaOutcome
 from tests.builders import make_tfjob
 from tests.unit.reconcile.test_plan import World, cond
 
@@ -103,3 +111,23 @@ def test_without_the_annotation_one_pod_is_replaced() -> None:
     p = w.reconcile()
     assert [x["metadata"]["name"] for x in p.delete_pods] == ["g-worker-1"]
     assert w.status.get("gangEpoch", 0) == 0
+
+
+def test_one_restart_and_the_epoch_label_leave_their_inputs_as_they_were() -> None:
+    old = JobStatus(replica_statuses={"Chief": ReplicaStatus(), "Worker": ReplicaStatus()})
+    given = {
+        "Chief": ReplicaOutcome(status=ReplicaStatus(restarts=1)),
+        "Worker": ReplicaOutcome(status=ReplicaStatus(restarts=2), create=[0, 1]),
+    }
+    before = copy.deepcopy(given)
+    out = as_one_restart(old, given)
+    assert given == before
+    assert (out["Chief"].status.restarts, out["Worker"].status.restarts) == (1, 0)
+    assert out["Worker"].create == [0, 1]
+
+    pod = {"metadata": {"name": "g-worker-0", "labels": {"a": "b"}}, "spec": {}}
+    seen = copy.deepcopy(pod)
+    new = labelled(pod, 3)
+    assert pod == seen
+    assert new["metadata"]["labels"] == {"a": "b", GANG_EPOCH_LABEL: "3"}
+    assert new["spec"] is pod["spec"]  # shared, not copied: nothing edits it

@@ -3,6 +3,7 @@ invalid statuses, and what counts as a change worth writing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -141,7 +142,7 @@ def test_restarting_replaces_running_and_back() -> None:
 def test_restarting_names_the_first_type_in_status_order() -> None:
     outs = outcomes(Chief=1)
     for rt in ("PS", "Worker"):
-        outs[rt].restarting = True
+        outs[rt] = replace(outs[rt], restarting=True)
     new = calc(JobStatus(conditions=conds(CREATED), start_time=at(0)), outs)
     found = cond.find(new.conditions, cond.RESTARTING)
     assert found is not None and "because PS replica(s)" in found.message
