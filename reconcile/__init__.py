@@ -23,7 +23,7 @@ One pass, followed: a pod of job ``ns/mnist`` changes; sync/handlers.py maps it 
 key and says how urgently; sync/tfjob.py takes the key, checks the expectations, reads
 the job and its pods and services from the caches into a Snapshot and calls
 plan.compute_plan, which asks api/ for the spec, policy/ what each pod means and what
-the job's state now is, and objects/ for the objects to create. sync/writes.py then
-creates and deletes children, releases tracking finalizers and writes the status, and
-the handlers see the results come back through the caches.
+the job's state now is, and objects/ for the objects to create. sync/child_writes.py
+then creates and deletes children and releases tracking finalizers, sync/writes.py
+writes the status, and the handlers see the results come back through the caches.
 """

@@ -47,6 +47,7 @@ from reconcile.policy import conditions as cond
 from reconcile.policy.failures import CreateFailures
 from reconcile.policy.gang import priority_class_of
 from reconcile.policy.tracking import strays
+from reconcile.sync.child_writes import ChildWrites
 from reconcile.sync.keys import (
     expectation_keys,
     own_writes_observed,
@@ -56,7 +57,7 @@ from reconcile.sync.keys import (
     services_key,
 )
 from reconcile.sync.metrics import JobMetrics
-from reconcile.sync.writes import ChildWrites, Outcome, delete_job, write_podgroup, write_status
+from reconcile.sync.writes import Outcome, delete_job, write_podgroup, write_status
 
 #: How long to wait before looking again at a job whose writes are not yet observed.
 #: The observing informer event re-enqueues the key sooner; this is the safety net. A job

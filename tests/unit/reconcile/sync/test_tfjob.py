@@ -14,10 +14,10 @@ import structlog
 from controller import errors
 from controller.runtime.controller import Controller
 from reconcile.api.names import MANAGED_BY_MULTIKUEUE
+from reconcile.sync.child_writes import MAX_JOB_BACKLOG, TERMINATING_NAMESPACE_SECONDS
 from reconcile.sync.keys import pods_key, services_key
 from reconcile.sync.pacing import STATUS_PACE_SECONDS
 from reconcile.sync.tfjob import DEFAULT_FAILED_CREATE_GRACE
-from reconcile.sync.writes import MAX_JOB_BACKLOG, TERMINATING_NAMESPACE_SECONDS
 from tests.builders import make_pod, make_service, make_tfjob
 from tests.fakes import ReconcilerWorld
 
