@@ -59,7 +59,7 @@ TRACKING_FINALIZER = f"training.{GROUP}/tfjob-tracking"
 #: Set by the controller, with the tracking finalizer's release, on a pod it deletes
 #: because its index left the spec (a scale-down, a removed replica type): should the
 #: index come back while the pod is still terminating, its end is the controller's own
-#: doing and no disruption (reconcile.policy.restart.pod_outcome).
+#: doing and no disruption (reconcile.policy.pod_outcome).
 RETIRED_ANNOTATION = f"training.{GROUP}/retired"
 
 DEFAULT_CONTAINER_NAME = "tensorflow"

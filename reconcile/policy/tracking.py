@@ -37,7 +37,7 @@ from reconcile.api.models import TFJob
 from reconcile.api.names import RETIRED_ANNOTATION
 from reconcile.api.status_types import JobStatus, ReplicaStatus, parse_indexes
 from reconcile.objects.pods import is_terminating, is_tracked, tfjob_owner, uid_of
-from reconcile.policy.restart import deleted_by_suspend
+from reconcile.policy.pod_outcome import deleted_by_suspend
 
 #: A strategic-merge patch removes one value from a list of strings; ``uid`` makes it a
 #: precondition (the UID is immutable: a same-named successor answers 422, never loses

@@ -23,7 +23,8 @@ from reconcile.api.models import ReplicaSpec, TFJob
 from reconcile.api.names import STATUS_ORDER, ReplicaType, SuccessPolicy
 from reconcile.api.status_types import elapsed_due, parse_indexes
 from reconcile.policy import conditions as cond
-from reconcile.policy.restart import PodOutcome, ReplicaOutcome
+from reconcile.policy.pod_outcome import PodOutcome
+from reconcile.policy.restart import ReplicaOutcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from controller.queue.workqueue import WorkQueue
 from controller.runtime.expectations import ControllerExpectations
 from reconcile.api.spec import read_job
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
-from reconcile.policy.restart import PodOutcome, pod_outcome
+from reconcile.policy.pod_outcome import PodOutcome, pod_outcome
 from reconcile.policy.tracking import strays
 from reconcile.sync.handlers import pod_handler
 from reconcile.sync.keys import releases_key

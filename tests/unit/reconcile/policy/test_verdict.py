@@ -11,7 +11,8 @@ from reconcile.api.models import TFJob
 from reconcile.api.spec import read_job
 from reconcile.api.status_types import ReplicaStatus, parse_indexes
 from reconcile.policy import conditions as cond
-from reconcile.policy.restart import PodOutcome, ReplicaOutcome
+from reconcile.policy.pod_outcome import PodOutcome
+from reconcile.policy.restart import ReplicaOutcome
 from reconcile.policy.verdict import Verdict, decide, deciding_type, in_status_order
 from tests.builders import TFJobBuilder, at, make_tfjob
 

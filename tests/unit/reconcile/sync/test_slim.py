@@ -18,7 +18,7 @@ from reconcile.api.spec import read_job
 from reconcile.api.status_types import format_time
 from reconcile.objects import pods as P
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
-from reconcile.policy.restart import is_disrupted
+from reconcile.policy.pod_outcome import is_disrupted
 from reconcile.sync.handlers import owner_job_key
 from reconcile.sync.slim import slim_pod, slim_service
 from tests.builders import at, make_pod, make_service, make_tfjob, ts
