@@ -32,7 +32,7 @@ may mutate the freshly decoded object it receives or return a new one, and must 
 
 The list path is the hot one (an initial list or relist of every pod the controller
 owns): each page is decoded by one ``orjson.loads`` of the body, then transformed and
-stored with the cyclic garbage collector paused (``controller.client.api.gc_paused``), so
+stored with the cyclic garbage collector paused (``controller.client.codec.gc_paused``), so
 building a cache of N objects costs O(N) rather than O(N) times the rescans of the
 growing heap that allocation-triggered collections would do.
 
@@ -57,7 +57,7 @@ from controller.cache.store import IndexFunc, Store, key_of, resource_version_of
 from controller.cache.transforms import Transform as Transform  # re-exported for callers
 from controller.cache.transforms import chain_transforms as chain_transforms
 from controller.cache.transforms import strip_managed_fields as strip_managed_fields
-from controller.client.api import gc_paused
+from controller.client.codec import gc_paused
 from controller.client.kube import list_pages
 from controller.clock import SystemClock
 from controller.types import JSON, Clock, ListWatch, object_key

@@ -7,11 +7,8 @@ Contract:
 - ``KubeApi.request`` sends one request and returns the body decoded by orjson into
   plain dicts (no generated models: they cost a double JSON round-trip per object).
   Non-2xx answers and transport failures raise ``controller.errors`` types.
-- A large body (a list page) is decoded with the cyclic garbage collector paused
-  (``gc_paused``): decoding allocates tens of thousands of containers at once, each
-  allocation burst triggers collections that rescan everything alive, and for a page
-  of pods that cost 4-6x the decode itself. JSON holds no reference cycles, so nothing
-  is lost by not looking for them meanwhile.
+- Bodies are encoded and decoded by controller.client.codec (orjson; large bodies with
+  the garbage collector paused).
 - All requests, watches included, pass the client's token bucket (qps/burst;
   ``qps <= 0`` disables it), so a hot loop cannot flood the apiserver. Waiting requests
   are served in priority order (``request(priority=...)``). ``sibling()`` gives another
@@ -28,11 +25,10 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -44,6 +40,7 @@ from controller import errors
 from controller.client import http
 from controller.client.auth import credentials
 from controller.client.auth.kubeconfig import config_module, new_configuration, settle_transport
+from controller.client.codec import decode_error, decode_json, encode_json
 from controller.client.flowcontrol import PRIORITY_NORMAL, TokenBucket, committed
 from controller.clock import SystemClock
 from controller.observability.logging import remember_secret
@@ -57,46 +54,6 @@ log = structlog.get_logger(__name__)
 #: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
 #: full object can exceed that a little).
 MAX_LINE_BYTES = 16 * 1024 * 1024
-
-#: Bodies at least this large are decoded with the garbage collector paused: a list
-#: page. Single objects and watch lines are small enough not to matter.
-BULK_DECODE_BYTES = 64 * 1024
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a synchronous burst of allocations that
-    creates no reference cycles (decoding JSON, building cache entries). Reference
-    counting still frees everything; only the cycle search waits. Never hold it across
-    an ``await``: other tasks would run with the collector off. Nests safely.
-
-    On the way out, what survived the burst (cache entries, mostly) is handed straight
-    to the oldest generation: ``gc.freeze()`` + ``gc.unfreeze()`` splice the young
-    generations into it in O(1) and reset the allocation count. Merely re-enabling
-    would make the next allocation scan every object of the burst (for a page of pods,
-    more CPU than decoding it), then scan them again on their way to the oldest
-    generation. Nothing is lost: the next full collection sees them, as it would have.
-    Skipped when the application froze objects itself (unfreezing would thaw them)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-        gc.enable()
-
-
-def decode_json(raw: bytes) -> Any:
-    """orjson.loads, with the collector paused for bulk bodies (see the module doc)."""
-    if len(raw) < BULK_DECODE_BYTES:
-        return orjson.loads(raw)
-    with gc_paused():
-        return orjson.loads(raw)
-
 
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
@@ -112,10 +69,10 @@ class ClientSettings:
     stream_pool_size: int = 0
     user_agent: str = "tfjob-controller"
     #: requests waiting for the rate limit go out on multiples of this many seconds
-    #: (controller.queue.ratelimit.TokenBucket); 0: each the moment its token is due
+    #: (controller.client.flowcontrol.TokenBucket); 0: each the moment its token is due
     tick: float = 0.0
     #: tokens of the burst only urgent (high-priority) requests may take
-    #: (controller.queue.ratelimit.TokenBucket)
+    #: (controller.client.flowcontrol.TokenBucket)
     high_reserve: int = 0
 
 
@@ -146,26 +103,6 @@ def _ssl_context(cfg: Configuration) -> ssl.SSLContext:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
-
-
-def _encode_default(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
-
-
-def encode_json(body: Any) -> bytes:
-    return orjson.dumps(body, default=_encode_default)
-
-
-def _decode_error(status: int, data: bytes) -> errors.ApiError:
-    try:
-        body = orjson.loads(data) if data else None
-    except orjson.JSONDecodeError:
-        body = None
-    if not isinstance(body, dict):
-        body = {"message": data[:500].decode("utf-8", "replace")}
-    return errors.error_from_status(status, body)
 
 
 class KubeApi:
@@ -324,7 +261,7 @@ class KubeApi:
                 continue  # a fresh credential: the same request once more
             break
         if not 200 <= status < 300:
-            raise _decode_error(status, raw)
+            raise decode_error(status, raw)
         if not raw:
             return {}
         try:
@@ -384,7 +321,7 @@ class KubeApi:
                     raw = await resp.read()
                 except OSError:
                     raw = b""
-                raise _decode_error(resp.status, raw)
+                raise decode_error(resp.status, raw)
             yield _lines(resp, path)
 
 

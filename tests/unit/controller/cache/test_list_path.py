@@ -13,7 +13,7 @@ import pytest
 from controller import errors
 from controller.cache.informer import EventHandler, Informer, chain_transforms, strip_managed_fields
 from controller.cache.store import CONTROLLER_UID_INDEX, NAMESPACE_INDEX, Store
-from controller.client.api import BULK_DECODE_BYTES, decode_json, gc_paused
+from controller.client.codec import BULK_DECODE_BYTES, decode_json, gc_paused
 from controller.clock import FakeClock
 from controller.types import JSON
 from tests.unit.controller.cache.test_informer import until
