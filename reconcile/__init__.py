@@ -12,7 +12,7 @@ hack/check_layers.py enforces it):
   accounting (restart), successPolicy and failure (verdict), cleanPodPolicy and
   ttlSecondsAfterFinished (cleanup), gang scheduling and whole-gang restart, outcome
   tracking, create failures, the child diffs, conditions and the new status.
-- ``plan.py``: compute_plan, a pure function from a snapshot of the caches to a Plan:
+- ``plan/``: compute_plan, a pure function from a snapshot of the caches to a Plan:
   every create, delete, status and event of one pass.
 - ``sync/`` and ``explain.py``, the plan's two users. sync/ is the only part that meets
   the machinery: the reconciler (tfjob), the one write layer (writes), the event

@@ -25,7 +25,7 @@ from reconcile.objects.pods import (
 )
 from reconcile.objects.services import build_service
 from reconcile.policy import conditions as cond
-from reconcile.policy.conditions import ConditionEvent
+from reconcile.policy.conditions import EventIntent
 from reconcile.policy.gang import Gang, decorate_pod
 
 
@@ -74,14 +74,14 @@ def new_pods(
     return pods
 
 
-def template_overrides(job: TFJob, creates: Mapping[str, Sequence[int]]) -> list[ConditionEvent]:
+def template_overrides(job: TFJob, creates: Mapping[str, Sequence[int]]) -> list[EventIntent]:
     """Upstream's Warning when a pod about to be created has a template restartPolicy,
     which the replica's replaces: one per pass (the recorder folds repeats)."""
     for rtype, indexes in creates.items():
         spec = job.replica_specs[rtype].template.get("spec")
         if indexes and isinstance(spec, Mapping) and spec.get("restartPolicy"):
             reason, message = cond.REASON_TEMPLATE_RESTART_POLICY, cond.MSG_TEMPLATE_RESTART_POLICY
-            return [ConditionEvent(cond.WARNING, reason, message)]
+            return [EventIntent(cond.WARNING, reason, message)]
     return []
 
 

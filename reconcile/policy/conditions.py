@@ -197,8 +197,12 @@ def set_condition(
 
 
 @dataclass(frozen=True)
-class ConditionEvent:
-    type: str
+class EventIntent:
+    """A Kubernetes Event the pass asks to be recorded once its status is stored: a
+    condition's transition, or a warning that changes no condition (a takeover, an
+    unreadable status, a template override)."""
+
+    type: str  # Normal | Warning
     reason: str
     message: str
 
@@ -208,13 +212,13 @@ def transition_events(
     new: Sequence[JobCondition],
     *,
     failed_event_type: str = NORMAL,
-) -> list[ConditionEvent]:
+) -> list[EventIntent]:
     """Events for conditions that changed (status or reason) between ``old`` and ``new``.
 
     Upstream emits Succeeded/Failed/Suspended/Resumed as Normal and Restarting as Warning;
     a Failed event is Warning for an exit-code or validation failure (``failed_event_type``).
     """
-    out: list[ConditionEvent] = []
+    out: list[EventIntent] = []
     for cond in new:
         before = find(old, cond.type)
         if before is not None and before.status == cond.status and before.reason == cond.reason:
@@ -230,5 +234,5 @@ def transition_events(
         elif cond.type == SUSPENDED and cond.reason == REASON_RESUMED:
             event_type = NORMAL
         if event_type is not None:
-            out.append(ConditionEvent(event_type, cond.reason, cond.message))
+            out.append(EventIntent(event_type, cond.reason, cond.message))
     return out

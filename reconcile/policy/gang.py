@@ -36,7 +36,7 @@ from reconcile.api.quantity import format_quantity, same_resources, sum_resource
 from reconcile.api.status_types import JobCondition
 from reconcile.objects.pods import JobRef, owner_reference
 from reconcile.policy import conditions as cond
-from reconcile.policy.conditions import ConditionEvent
+from reconcile.policy.conditions import EventIntent
 
 #: scheduler-plugins' pod label naming the group (apis/scheduling/v1alpha1 PodGroupLabel)
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -122,14 +122,14 @@ def decorate_pod(pod: JSON, gang: Gang, group_name: str, rtype: str) -> None:
 
 def scheduler_overrides(
     job: TFJob, gang: Gang, creates: Mapping[str, Sequence[int]]
-) -> list[ConditionEvent]:
+) -> list[EventIntent]:
     """Upstream's Warning when a pod about to be created names another scheduler."""
     for rtype, indexes in creates.items():
         spec = job.replica_specs[rtype].template.get("spec")
         name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
         if indexes and name and name != gang.scheduler_name:
             return [
-                ConditionEvent(
+                EventIntent(
                     cond.WARNING, REASON_TEMPLATE_SCHEDULER_NAME, MSG_TEMPLATE_SCHEDULER_NAME
                 )
             ]

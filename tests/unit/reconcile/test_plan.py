@@ -970,7 +970,7 @@ def test_upstream_examples_materialise(path: Path | None) -> None:
 def test_a_template_the_planner_cannot_use_fails_the_job_instead_of_raising(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import reconcile.plan as plan_mod
+    import reconcile.plan.active as plan_mod
 
     def odd(*args: Any, **kwargs: Any) -> Any:
         raise TypeError("'int' object is not iterable")

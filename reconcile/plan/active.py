@@ -1,0 +1,240 @@
+"""A running job's pass, as a fixed sequence of steps (reconcile.plan's step 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from controller.types import JSON
+from reconcile.api.models import TFJob
+from reconcile.api.names import CHIEF_TYPES, ReplicaType
+from reconcile.api.status_types import JobStatus, ReplicaStatus
+from reconcile.objects.pods import group_by_replica
+from reconcile.plan.model import Plan, PlanConfig, Snapshot, status_plan, with_children
+from reconcile.plan.podgroup import GangStep, gang_step, podgroup_delete
+from reconcile.policy import conditions as cond
+from reconcile.policy import gang_restart
+from reconcile.policy.children import (
+    foreign_pods,
+    new_pods,
+    old_coordinator_alive,
+    service_diff,
+    template_overrides,
+    unique,
+)
+from reconcile.policy.cleanup import finishing_cleanup
+from reconcile.policy.gang import (
+    admission_conditions,
+    scheduler_overrides,
+)
+from reconcile.policy.restart import ReplicaInput, ReplicaOutcome, account_replica
+from reconcile.policy.status import ActiveClock, active_clock, calculate_status
+from reconcile.policy.tracking import active_releases, retired, settled_releases
+from reconcile.policy.verdict import Verdict, decide
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What the steps of a running job's pass share: read once at its start."""
+
+    snap: Snapshot  # with whole-gang restart: the current epoch's pods only
+    tfjob: TFJob
+    old: JobStatus
+    now: datetime
+    clock: ActiveClock
+    config: PlanConfig
+    whole_gang: bool
+    #: pods of an earlier gang epoch, going (policy.gang_restart): never accounted
+    stale: list[JSON]
+
+
+def active_plan(
+    snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig, *, status_only: bool = False
+) -> Plan:
+    """A running job's pass, in order: account every pod (policy.restart), fold pods that
+    ended together into one gang restart, reach the verdict (policy.verdict), compute
+    the status (policy.status); then, unless the pass reports status only, either finish
+    (the verdict's cleanup) or run (creates, deletes, releases, the PodGroup). Each step
+    is a function of what the steps before it returned."""
+    p = _begin(snap, tfjob, now, config)
+    outcomes = account(p.snap, tfjob, p.old, config, resumed_at=p.clock.resumed_at)
+    ends = [f"{rt}-{end}" for rt, o in outcomes.items() for end in o.ends]
+    restart_type = _gang_restart_trigger(p, outcomes)
+    if restart_type is not None:
+        outcomes = gang_restart.as_one_restart(p.old, outcomes)
+    verdict, deadline_in = _verdict(p, outcomes)
+    new = calculate_status(p.old, outcomes, verdict, now, job=tfjob, clock=p.clock)
+    if restart_type is not None and verdict is None:
+        # Account, then act: the next epoch is stored before any pod is deleted.
+        return replace(status_plan(p.old, _restarting(p, new, restart_type)), ends=ends)
+    gang = gang_step(p.snap, tfjob, config) if verdict is None else None
+    new = _admission(p, new, gang)
+    failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
+    plan = replace(status_plan(p.old, new, failed_event_type=failed_event_type), ends=ends)
+    if status_only:
+        return plan
+    if verdict is not None:
+        return _finishing(p, plan)
+    return _running(p, plan, outcomes, gang, deadline_in)
+
+
+def _begin(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> _Pass:
+    old = snap.job.status
+    whole = gang_restart.enabled(tfjob)
+    stale: list[JSON] = []
+    if whole:
+        current, stale = gang_restart.split_by_epoch(snap.pods, old.gang_epoch)
+        snap = replace(snap, pods=current)
+    clock = active_clock(old, tfjob.name, now)
+    return _Pass(snap, tfjob, old, now, clock, config, whole, stale)
+
+
+def _gang_restart_trigger(p: _Pass, outcomes: Mapping[str, ReplicaOutcome]) -> str | None:
+    """The replica type whose end restarts the whole gang, if one does: never while an
+    earlier epoch's pods are still going."""
+    if not p.whole_gang or p.stale:
+        return None
+    return gang_restart.trigger(p.old, outcomes)
+
+
+def _verdict(
+    p: _Pass, outcomes: Mapping[str, ReplicaOutcome]
+) -> tuple[Verdict | None, float | None]:
+    """The verdict and the seconds to the deadline; creates refused for longer than
+    the grace (policy.failures) fail a job no other rule ends."""
+    verdict, deadline_in = decide(p.tfjob, outcomes, p.clock.start_time, p.snap.now)
+    failure = p.snap.failure
+    if verdict is None and failure is not None:
+        message = cond.msg_create_failed(p.tfjob.namespace, p.tfjob.name, failure.message)
+        verdict = Verdict(False, message, cond.WARNING, failure_reason=failure.reason)
+    return verdict, deadline_in
+
+
+def _restarting(p: _Pass, new: JobStatus, restart_type: str) -> JobStatus:
+    """The status that starts a whole-gang restart: the next epoch, Restarting."""
+    message = gang_restart.msg_gang_restart(p.tfjob.name, restart_type)
+    conds = cond.set_condition(
+        new.conditions, cond.RESTARTING, cond.TRUE, cond.REASON_RESTARTING, message, p.now
+    )
+    conds = cond.set_message(conds, cond.RESTARTING, message)
+    return gang_restart.restart_gang(new, p.old).model_copy(update={"conditions": conds})
+
+
+def _admission(p: _Pass, new: JobStatus, gang: GangStep | None) -> JobStatus:
+    """With gang scheduling, the conditions that say the gang waits to be admitted."""
+    if gang is None:
+        return new
+    conds = admission_conditions(new.conditions, gang.waiting, p.tfjob.name, p.now)
+    return new.model_copy(update={"conditions": conds})
+
+
+def _finishing(p: _Pass, plan: Plan) -> Plan:
+    """The pass that ends the job: cleanPodPolicy's deletions (every epoch's pods), the
+    releases, the TTL's timer, the PodGroup gone."""
+    pods = [*p.snap.pods, *p.stale]
+    done = finishing_cleanup(p.snap.job.run_policy, pods, p.snap.services, p.now, p.snap.now)
+    releases = active_releases(
+        pods, done.delete_pods, p.old, p.tfjob, resumed_at=p.clock.resumed_at
+    )
+    return with_children(
+        plan,
+        delete_pods=done.delete_pods,
+        delete_services=done.delete_services,
+        release_pods=releases,
+        requeue_after=done.requeue_after,
+        podgroup=podgroup_delete(p.snap, p.config),
+    )
+
+
+def _allowed_creates(
+    p: _Pass, outcomes: Mapping[str, ReplicaOutcome], gang: GangStep | None
+) -> dict[str, list[int]]:
+    """The indexes to create pods for now: what accounting asks for, less what must wait.
+    Each rule only takes away."""
+    creates = {rt: o.create for rt, o in outcomes.items() if o.create}
+    if gang is not None and not gang.pods_allowed:
+        return {}  # the whole gang, or nothing: the PodGroup's events bring it back
+    if p.whole_gang and (p.stale or any(o.wait is not None for o in outcomes.values())):
+        return {}  # all together: once the old epoch is gone and the backoff is over
+    if old_coordinator_alive(p.tfjob, p.snap.pods):
+        # delete first (foreign_pods), create once the old one is gone: its deletion
+        # event brings the job back
+        return {rt: c for rt, c in creates.items() if rt not in CHIEF_TYPES}
+    return creates
+
+
+def _running(
+    p: _Pass,
+    plan: Plan,
+    outcomes: Mapping[str, ReplicaOutcome],
+    gang: GangStep | None,
+    deadline_in: float | None,
+) -> Plan:
+    """A job that goes on: its pods and services made and removed, tracking finalizers
+    released, the PodGroup written, and the earliest timer (a backoff, the deadline)."""
+    tfjob, config = p.tfjob, p.config
+    creates = _allowed_creates(p, outcomes, gang)
+    overrides = template_overrides(tfjob, creates)
+    if config.gang is not None:
+        overrides += scheduler_overrides(tfjob, config.gang, creates)
+    pods = new_pods(
+        tfjob,
+        creates,
+        cluster_domain=config.cluster_domain,
+        operator_name=config.operator_name,
+        gang=config.gang,
+    )
+    if p.whole_gang:
+        pods = [gang_restart.labelled(pod, p.old.gang_epoch) for pod in pods]
+    doomed = unique(
+        [pod for o in outcomes.values() for pod in o.delete] + foreign_pods(tfjob, p.snap.pods)
+    )
+    stale_doomed = gang_restart.stale_deletions(p.stale)
+    releases = active_releases(p.snap.pods, doomed, p.old, tfjob, resumed_at=p.clock.resumed_at)
+    create_svcs, delete_svcs = service_diff(
+        tfjob, p.snap.services, operator_name=config.operator_name
+    )
+    waits = [o.wait for o in outcomes.values() if o.wait is not None]
+    if deadline_in is not None:
+        waits.append(deadline_in)
+    return with_children(
+        replace(plan, events=[*plan.events, *overrides]),
+        create_pods=pods,
+        delete_pods=[*doomed, *stale_doomed],
+        create_services=create_svcs,
+        delete_services=delete_svcs,
+        release_pods=[*releases, *settled_releases(p.stale, stale_doomed)],
+        retired=retired(releases, tfjob),
+        requeue_after=min(waits) if waits else None,
+        podgroup=gang.write if gang is not None else None,
+    )
+
+
+def account(
+    snap: Snapshot,
+    tfjob: TFJob,
+    old: JobStatus,
+    config: PlanConfig,
+    *,
+    resumed_at: datetime | None,
+) -> dict[str, ReplicaOutcome]:
+    """Fold every replica type's observed pods into its durable record (policy.restart)."""
+    pods_by_type = group_by_replica(snap.pods)
+    dynamic = bool(tfjob.spec.enable_dynamic_worker)
+    return {
+        rtype: account_replica(
+            ReplicaInput(
+                rtype=rtype,
+                replicas=rspec.count,
+                restart_policy=rspec.policy,
+                failures_tolerated=dynamic and rtype == ReplicaType.WORKER,
+            ),
+            pods_by_type.get(rtype.lower(), {}),
+            old.replica_statuses.get(rtype, ReplicaStatus()),
+            snap.now,
+            config.backoff,
+            resumed_at=resumed_at,
+        )
+        for rtype, rspec in tfjob.replica_specs.items()
+    }
