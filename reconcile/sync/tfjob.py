@@ -1,17 +1,26 @@
 """The TFJob reconciler: one pass over one job, in a fixed order.
 
-    read from the cache → return early (gone: let its pods go) → check expectations →
-    list owned pods and services from the cache indexes → read the job once
-    (reconcile.api.spec) → compute the plan (pure) → apply it → write status once, only if
-    it changed → emit events → requeue when a timer is due.
-
-Everything that decides lives in reconcile.plan and the rooms it calls; this module only
-sequences reads and writes (the writes themselves are reconcile.sync.writes), and paces
-progress-only status writes (``_write_status``, reconcile.sync.pacing).
+1. Read the job from the cache. Gone: let its pods go, then forget it
+   (reconcile.sync.memory holds everything remembered of a job between passes).
+2. Creates handed off for a job that has changed since (replaced, spec edited, being
+   deleted) are dropped: they must not go out.
+3. Its own writes not all observed yet (expectations, creates still in the background,
+   a status write in flight): the pass stops here and reports progress only
+   (``_while_creating``: replica counts and Running, paced; no child writes). Acting on
+   a view that lacks our own writes would create a pod twice or undo a status.
+4. Pods an earlier job of this name left tracked are let go first.
+5. Owned pods and services from the cache indexes; the job read once
+   (reconcile.api.spec); the plan, pure (reconcile.plan).
+6. Apply it: the PodGroup, deletes and releases in the pass, creates handed to the
+   background (reconcile.sync.child_writes); the job deleted if its TTL ran out.
+7. The status written once, only if it changed; progress alone is paced
+   (``_write_status``, reconcile.sync.pacing).
+8. The events of this pass's transitions, once the status recording them is stored;
+   requeue when a timer is due.
 
 Creates do not hold a worker: a pass raises the creation expectations and hands its
 creates to the ``Spawner`` (the machinery's background work), then goes on to the status
-write. The expectations keep the job's next pass from acting until every create is
+write. The expectations keep the job's next pass at step 3 until every create is
 observed (or has failed), so nothing is created twice; a create that fails lowers its
 expectation, records FailedCreate and raises, and the machinery requeues the job with
 the workqueue's backoff. Deletes stay in the pass: restart accounting relies on "record
@@ -56,6 +65,7 @@ from reconcile.sync.keys import (
     releases_key,
     services_key,
 )
+from reconcile.sync.memory import JobMemory
 from reconcile.sync.metrics import JobMetrics
 from reconcile.sync.writes import Outcome, delete_job, write_podgroup, write_status
 
@@ -119,27 +129,22 @@ class TFJobReconciler:
         self.clock = clock
         self.config = config or PlanConfig()
         self.metrics = metrics
-        #: paces progress-only status writes (reconcile.sync.pacing.STATUS_PACE_SECONDS)
-        self.pacer = pacer
-        #: the job parsed, validated and defaulted once per spec (reconcile.api.spec)
-        self.specs = SpecCache()
         self.spawner = spawner
-        #: creates the apiserver keeps refusing (reconcile.policy.failures)
-        self.failures = CreateFailures(clock, grace_seconds=failed_create_grace)
-        #: jobs whose status write was handed to the background and is not back yet
-        self._status_in_flight: set[str] = set()
-        #: per job waiting on its own writes, the pods (and spec generation) its last
-        #: progress report was computed from (``_while_creating``)
-        self._reported: dict[str, tuple[object, ...]] = {}
-        #: per job with creates handed off, the job they were planned for (``_planned``)
-        self._planned_for: dict[str, tuple[object, ...]] = {}
+        #: everything remembered of a job between passes (reconcile.sync.memory); the
+        #: pacer paces progress-only status writes (reconcile.sync.pacing)
+        self.memory = JobMemory(
+            specs=SpecCache(),
+            failures=CreateFailures(clock, grace_seconds=failed_create_grace),
+            pacer=pacer,
+        )
+        self.pacer = pacer
         self._children = ChildWrites(
             pods=writers.pods,
             services=writers.services,
             expectations=expectations,
             events=events,
             spawner=spawner,
-            failures=self.failures,
+            failures=self.memory.failures,
             clock=clock,
             max_concurrent=max_concurrent_writes,
         )
@@ -150,7 +155,9 @@ class TFJobReconciler:
         raw = self.caches.jobs.get(namespace, name)
         if raw is None:
             return await self._gone(key)
-        if self.spawner.backlog(key) and self._planned_for.get(key) != _planned(raw):
+        rec = self.memory.peek(key)
+        planned_for = rec.planned_for if rec is not None else None
+        if self.spawner.backlog(key) and planned_for != _planned(raw):
             # Creates planned for a job that is no longer this one (replaced, its spec
             # changed, being deleted: a suspend is a spec change) must not go out:
             # a suspended job would get pods again, and a deleted one's would hold
@@ -164,7 +171,8 @@ class TFJobReconciler:
         #    still be reported meanwhile.
         if self.spawner.backlog(key) or not own_writes_observed(self.expectations, key):
             return await self._while_creating(key, raw)
-        self._reported.pop(key, None)
+        if rec is not None:
+            rec.reported = None
         # 3. Pods an earlier job of this name left tracked go first: their names are the
         #    ones this job's pods will take.
         uid = raw["metadata"]["uid"]
@@ -197,7 +205,7 @@ class TFJobReconciler:
             )
         await self._children.apply(key, view, plan, outcome)
         if outcome.handed_off:
-            self._planned_for[key] = _planned(raw)
+            self.memory.record(key).planned_for = _planned(raw)
         if plan.delete_job:
             deleted = await delete_job(self.writers.jobs, self.events, view, outcome)
             if deleted and self.metrics is not None:
@@ -233,13 +241,13 @@ class TFJobReconciler:
         self, key: str, raw: JSON, pods: list[JSON], services: list[JSON], status_only: bool = False
     ) -> tuple[JobView, Plan]:
         namespace, name = split_key(key)
-        view = self.specs.read(key, raw)
+        view = self.memory.specs.read(key, raw)
         snap = Snapshot(
             view,
             pods,
             services,
             self.clock.now(),
-            failure=self.failures.persistent(key, raw["metadata"]["uid"]),
+            failure=self.memory.failures.persistent(key, raw["metadata"]["uid"]),
             podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
             priorities=self._priorities(view),
         )
@@ -259,7 +267,8 @@ class TFJobReconciler:
         starts from it) and none is in flight, which a conflict would lose."""
         recheck = None if self.spawner.backlog(key) else UNSATISFIED_RECHECK_SECONDS
         waiting = Result(requeue_after=recheck)
-        if key in self._status_in_flight or not all(
+        rec = self.memory.record(key)
+        if rec.status_in_flight or not all(
             self.expectations.satisfied(k) for k in (key, releases_key(key), podgroups_key(key))
         ):
             return _done("awaiting-expectations", recheck)
@@ -270,20 +279,20 @@ class TFJobReconciler:
         # report (its write now seen, or nothing to report then) give the same report.
         # Most passes here come from our own status write being seen.
         inputs = (raw["metadata"].get("generation"), *sorted(_versions(pods)))
-        if self._reported.get(key) == inputs:
+        if rec.reported == inputs:
             structlog.contextvars.bind_contextvars(progress="unchanged")
             return waiting
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, owner)
         view, plan = await self._plan(key, raw, pods, services, status_only=True)
         if plan.status is None or not plan.reports_progress or plan.skip_reason:
-            self._reported[key] = inputs
+            rec.reported = inputs
             return waiting
         wait = self.pacer.delay(key)
         if wait > 0:
             structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
             return Result(requeue_after=wait)
         await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
-        self._reported[key] = inputs
+        rec.reported = inputs
         self.pacer.mark(key)
         self._announce(view, plan)
         structlog.contextvars.bind_contextvars(status_written=True)
@@ -316,11 +325,7 @@ class TFJobReconciler:
             return await self._release_strays(key, stray, outcome="gone")
         for k in expectation_keys(key):
             self.expectations.delete(k)
-        self.specs.forget(key)
-        self._reported.pop(key, None)
-        self._planned_for.pop(key, None)
-        self.pacer.forget(key)
-        self.failures.forget(key)
+        self.memory.forget(key)
         return _done("gone")
 
     async def _release_strays(
@@ -359,7 +364,7 @@ class TFJobReconciler:
             # for seconds, and workers waiting on them would leave other jobs' passes
             # (a pod now running, a chief that succeeded) waiting too.
             self.pacer.mark(key)
-            self._status_in_flight.add(key)  # until the spawned write is back
+            self.memory.record(key).status_in_flight = True  # until the write is back
             self.spawner.spawn(
                 key, lambda: self._write_and_announce(key, view, plan), bounded=False
             )
@@ -376,7 +381,9 @@ class TFJobReconciler:
         try:
             await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
         finally:
-            self._status_in_flight.discard(key)
+            rec = self.memory.peek(key)
+            if rec is not None:
+                rec.status_in_flight = False
         self._announce(view, plan)
 
     def _announce(self, view: JobView, plan: Plan) -> None:

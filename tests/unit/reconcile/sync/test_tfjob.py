@@ -88,18 +88,18 @@ async def test_suspended_job_gets_no_pods_and_says_so() -> None:
 async def test_a_gone_job_takes_its_expectations_and_spec_with_it() -> None:
     w = ReconcilerWorld(make_tfjob("t").worker(1).obj())
     await reconcile(w)
-    assert len(w.reconciler.specs) == 1
+    assert len(w.reconciler.memory.specs) == 1
     w.expectations.expect_creations(pods_key(KEY), 1)
     w.jobs.delete(KEY)
     # Its pod still carries our finalizer: it is let go first, and the job remembered
     # until the pod is seen without it.
     assert await reconcile(w) == ("gone", None)
     assert [name for name, _ in w.writer.patched] == ["t-worker-0"]
-    assert len(w.reconciler.specs) == 1
+    assert len(w.reconciler.memory.specs) == 1
     w.pods.delete("ns/t-worker-0")
     assert await reconcile(w) == ("gone", None)
     assert w.expectations.satisfied(pods_key(KEY))
-    assert len(w.reconciler.specs) == 0
+    assert len(w.reconciler.memory.specs) == 0
 
 
 async def test_pass_returns_before_its_creates_and_gates_the_next_one() -> None:

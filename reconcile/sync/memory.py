@@ -1,0 +1,62 @@
+"""What the reconciler remembers of each job between its passes, in one place.
+
+Everything else a pass needs it reads afresh from the caches; this is what the caches
+cannot say:
+- the job's spec, parsed, validated and defaulted once per spec object (api.spec);
+- creates the apiserver keeps refusing, and since when (policy.failures);
+- when the job's status was last written, to pace progress-only writes (the pacer);
+- the job its handed-off creates were planned for, so they are dropped when the job
+  changes under them (``JobRecord.planned_for``);
+- while its own writes are not all observed: the pods its last progress report was
+  computed from (``reported``), and whether its status write is still in the background
+  (``status_in_flight``).
+
+``forget`` drops all of it when the job is gone; nothing else removes a job's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.types import Pacer
+from reconcile.api.spec import SpecCache
+from reconcile.policy.failures import CreateFailures
+
+
+@dataclass(slots=True)
+class JobRecord:
+    #: (uid, generation, being deleted) of the job its handed-off creates are for
+    planned_for: tuple[object, ...] | None = None
+    #: waiting on its own writes: the generation and pod versions of its last report
+    reported: tuple[object, ...] | None = None
+    #: its status write was handed to the background and is not back yet
+    status_in_flight: bool = False
+
+
+class JobMemory:
+    def __init__(self, *, specs: SpecCache, failures: CreateFailures, pacer: Pacer) -> None:
+        self.specs = specs
+        self.failures = failures
+        self.pacer = pacer
+        self._records: dict[str, JobRecord] = {}
+
+    def record(self, key: str) -> JobRecord:
+        """The job's record, made on first use."""
+        rec = self._records.get(key)
+        if rec is None:
+            rec = self._records[key] = JobRecord()
+        return rec
+
+    def peek(self, key: str) -> JobRecord | None:
+        """The job's record if it has one (reads never make one)."""
+        return self._records.get(key)
+
+    def forget(self, key: str) -> None:
+        """The job is gone: drop everything remembered of it."""
+        self._records.pop(key, None)
+        self.specs.forget(key)
+        self.failures.forget(key)
+        self.pacer.forget(key)
+
+    def __len__(self) -> int:
+        return len(self._records)
