@@ -14,7 +14,7 @@
 6. Apply it: the PodGroup, deletes and releases in the pass, creates handed to the
    background (reconcile.sync.child_writes); the job deleted if its TTL ran out.
 7. The status written once, only if it changed; progress alone is paced
-   (``_write_status``, reconcile.sync.pacing).
+   (reconcile.sync.status_writes, reconcile.sync.pacing).
 8. The events of this pass's transitions, once the status recording them is stored;
    requeue when a timer is due.
 
@@ -29,7 +29,6 @@ the end, then delete" (see reconcile.policy.restart).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import anyio.to_thread
@@ -39,11 +38,9 @@ from controller.types import (
     CONTROLLER_NAME_INDEX,
     CONTROLLER_UID_INDEX,
     JSON,
-    CacheReader,
     Clock,
     EventSink,
     Expectations,
-    ObjectWriter,
     Pacer,
     Result,
     Spawner,
@@ -67,6 +64,8 @@ from reconcile.sync.keys import (
 )
 from reconcile.sync.memory import JobMemory
 from reconcile.sync.metrics import JobMetrics
+from reconcile.sync.ports import Caches, Writers
+from reconcile.sync.status_writes import StatusWrites
 from reconcile.sync.writes import Outcome, delete_job, write_podgroup, write_status
 
 #: How long to wait before looking again at a job whose writes are not yet observed.
@@ -85,25 +84,6 @@ PLAN_OFF_LOOP_OBJECTS = 200
 BACKLOG_RECHECK_SECONDS = 1.0
 #: How long a job's creates may keep failing permanently before the job fails.
 DEFAULT_FAILED_CREATE_GRACE = 120.0
-
-
-@dataclass
-class Writers:
-    jobs: ObjectWriter
-    pods: ObjectWriter
-    services: ObjectWriter
-    #: gang scheduling only (PlanConfig.gang)
-    podgroups: ObjectWriter | None = None
-
-
-@dataclass
-class Caches:
-    jobs: CacheReader
-    pods: CacheReader
-    services: CacheReader
-    #: gang scheduling only: PodGroups by (namespace, name), PriorityClasses by name
-    podgroups: CacheReader | None = None
-    priorityclasses: CacheReader | None = None
 
 
 class TFJobReconciler:
@@ -138,6 +118,15 @@ class TFJobReconciler:
             pacer=pacer,
         )
         self.pacer = pacer
+        self.statuses = StatusWrites(
+            jobs=writers.jobs,
+            expectations=expectations,
+            events=events,
+            spawner=spawner,
+            pacer=pacer,
+            memory=self.memory,
+            metrics=metrics,
+        )
         self._children = ChildWrites(
             pods=writers.pods,
             services=writers.services,
@@ -212,12 +201,12 @@ class TFJobReconciler:
                 self.metrics.transition(raw, cond.REASON_DELETED_JOB)
             return _done("ttl-deleted")
         # 7. Write status once, only if it changed (progress alone is paced).
-        requeue_after = await self._write_status(key, view, plan, outcome)
+        requeue_after = await self.statuses.write(key, view, plan, outcome)
         # 8. Events of this pass's transitions, only once the status that records them
         #    is stored (a failed write retries the pass, which would repeat them); a
         #    write handed to the background announces them itself.
         if not outcome.status_handed_off:
-            self._announce(view, plan)
+            self.statuses.announce(view, plan)
         structlog.contextvars.bind_contextvars(
             created=outcome.created,
             creates_handed_off=outcome.handed_off,
@@ -294,7 +283,7 @@ class TFJobReconciler:
         await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
         rec.reported = inputs
         self.pacer.mark(key)
-        self._announce(view, plan)
+        self.statuses.announce(view, plan)
         structlog.contextvars.bind_contextvars(status_written=True)
         return waiting
 
@@ -339,59 +328,6 @@ class TFJobReconciler:
         if done.errors:
             raise done.errors[0]
         return Result()
-
-    async def _write_status(
-        self, key: str, view: JobView, plan: Plan, outcome: Outcome
-    ) -> float | None:
-        """Write the plan's status; return when to look at the job again.
-
-        Progress alone (replica counts, Running) is paced: a job writes it at most once
-        per STATUS_PACE_SECONDS after any status write, and progress seen sooner waits,
-        the wait being this pass's requeue_after, so the pods of a job that start
-        together share one write (or the decisive write that follows them). Anything
-        else is written at once."""
-        requeue_after = plan.requeue_after
-        if plan.status is None:
-            return requeue_after
-        wait = self.pacer.delay(key) if plan.progress_only else 0.0
-        if wait > 0:
-            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
-            return wait if requeue_after is None else min(requeue_after, wait)
-        if outcome.handed_off:
-            # This pass handed creates off, so the job's next pass waits for them anyway:
-            # the status write joins them rather than hold a worker on the status
-            # budget. In a burst of new jobs, their first writes (Created) queue there
-            # for seconds, and workers waiting on them would leave other jobs' passes
-            # (a pod now running, a chief that succeeded) waiting too.
-            self.pacer.mark(key)
-            self.memory.record(key).status_in_flight = True  # until the write is back
-            self.spawner.spawn(
-                key, lambda: self._write_and_announce(key, view, plan), bounded=False
-            )
-            outcome.status_handed_off = True
-            return requeue_after
-        await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
-        self.pacer.mark(key)
-        outcome.status_written = True
-        return requeue_after
-
-    async def _write_and_announce(self, key: str, view: JobView, plan: Plan) -> None:
-        if plan.status is None:
-            return
-        try:
-            await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
-        finally:
-            rec = self.memory.peek(key)
-            if rec is not None:
-                rec.status_in_flight = False
-        self._announce(view, plan)
-
-    def _announce(self, view: JobView, plan: Plan) -> None:
-        for ev in plan.events:
-            self.events.event(view.raw, ev.type, ev.reason, ev.message)
-            if self.metrics is not None:
-                self.metrics.transition(view.raw, ev.reason)
-
 
 def _planned(raw: JSON) -> tuple[object, ...]:
     """What a job's creates are planned for: this job (UID), this spec (generation),

@@ -1,0 +1,93 @@
+"""The status write of a pass, paced when it reports progress alone, and the events it
+announces once stored.
+
+Progress alone (replica counts, Running) is paced: a job writes it at most once per
+STATUS_PACE_SECONDS after any status write, and progress seen sooner waits, the wait
+being the pass's requeue_after, so the pods of a job that start together share one
+write (or the decisive write that follows them). Anything else is written at once. A
+pass that handed creates to the background hands its status write there too.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from controller.types import EventSink, Expectations, ObjectWriter, Pacer, Spawner
+from reconcile.api.spec import JobView
+from reconcile.plan import Plan
+from reconcile.sync.memory import JobMemory
+from reconcile.sync.metrics import JobMetrics
+from reconcile.sync.writes import Outcome, write_status
+
+
+class StatusWrites:
+    def __init__(
+        self,
+        *,
+        jobs: ObjectWriter,
+        expectations: Expectations,
+        events: EventSink,
+        spawner: Spawner,
+        pacer: Pacer,
+        memory: JobMemory,
+        metrics: JobMetrics | None,
+    ) -> None:
+        self.jobs = jobs
+        self.expectations = expectations
+        self.events = events
+        self.spawner = spawner
+        self.pacer = pacer
+        self.memory = memory
+        self.metrics = metrics
+
+    async def write(
+        self, key: str, view: JobView, plan: Plan, outcome: Outcome
+    ) -> float | None:
+        """Write the plan's status; return when to look at the job again.
+
+        Progress alone (replica counts, Running) is paced: a job writes it at most once
+        per STATUS_PACE_SECONDS after any status write, and progress seen sooner waits,
+        the wait being this pass's requeue_after, so the pods of a job that start
+        together share one write (or the decisive write that follows them). Anything
+        else is written at once."""
+        requeue_after = plan.requeue_after
+        if plan.status is None:
+            return requeue_after
+        wait = self.pacer.delay(key) if plan.progress_only else 0.0
+        if wait > 0:
+            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
+            return wait if requeue_after is None else min(requeue_after, wait)
+        if outcome.handed_off:
+            # This pass handed creates off, so the job's next pass waits for them anyway:
+            # the status write joins them rather than hold a worker on the status
+            # budget. In a burst of new jobs, their first writes (Created) queue there
+            # for seconds, and workers waiting on them would leave other jobs' passes
+            # (a pod now running, a chief that succeeded) waiting too.
+            self.pacer.mark(key)
+            self.memory.record(key).status_in_flight = True  # until the write is back
+            self.spawner.spawn(
+                key, lambda: self._write_and_announce(key, view, plan), bounded=False
+            )
+            outcome.status_handed_off = True
+            return requeue_after
+        await write_status(self.jobs, self.expectations, key, view, plan.status)
+        self.pacer.mark(key)
+        outcome.status_written = True
+        return requeue_after
+
+    async def _write_and_announce(self, key: str, view: JobView, plan: Plan) -> None:
+        if plan.status is None:
+            return
+        try:
+            await write_status(self.jobs, self.expectations, key, view, plan.status)
+        finally:
+            rec = self.memory.peek(key)
+            if rec is not None:
+                rec.status_in_flight = False
+        self.announce(view, plan)
+
+    def announce(self, view: JobView, plan: Plan) -> None:
+        for ev in plan.events:
+            self.events.event(view.raw, ev.type, ev.reason, ev.message)
+            if self.metrics is not None:
+                self.metrics.transition(view.raw, ev.reason)
