@@ -59,6 +59,7 @@ from reconcile.plan import PlanConfig
 from reconcile.policy.gang import KIND as PODGROUP_KIND
 from reconcile.policy.gang import PLURAL as PODGROUP_PLURAL
 from reconcile.policy.gang import Gang, gang_from_flag
+from reconcile.policy.restart import BackoffPolicy
 from reconcile.sync.handlers import job_handler, pod_handler, podgroup_handler, service_handler
 from reconcile.sync.metrics import JobMetrics
 from reconcile.sync.pacing import STATUS_PACE_SECONDS
@@ -158,14 +159,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--restart-backoff-base",
         type=float,
-        default=10.0,
-        help="seconds before the first replacement of a failed pod (default 10)",
+        default=BackoffPolicy.base_seconds,
+        help="seconds before the first replacement of a failed pod (default %(default)s)",
     )
     p.add_argument(
         "--restart-backoff-max",
         type=float,
-        default=360.0,
-        help="cap of the replacement backoff in seconds (default 360)",
+        default=BackoffPolicy.max_seconds,
+        help="cap of the replacement backoff in seconds (default %(default)s)",
     )
     p.add_argument(
         "--event-loop",

@@ -28,7 +28,7 @@ from reconcile.policy.gang import (
     admission_conditions,
     scheduler_overrides,
 )
-from reconcile.policy.restart import ReplicaInput, ReplicaOutcome, account_replica
+from reconcile.policy.restart import ReplicaAccount, ReplicaInput, account_replica
 from reconcile.policy.status import ActiveClock, active_clock, calculate_status
 from reconcile.policy.tracking import active_releases, retired, settled_releases
 from reconcile.policy.verdict import Verdict, decide
@@ -90,7 +90,7 @@ def _begin(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> _
     return _Pass(snap, tfjob, old, now, clock, config, whole, stale)
 
 
-def _gang_restart_trigger(p: _Pass, outcomes: Mapping[str, ReplicaOutcome]) -> str | None:
+def _gang_restart_trigger(p: _Pass, outcomes: Mapping[str, ReplicaAccount]) -> str | None:
     """The replica type whose end restarts the whole gang, if one does: never while an
     earlier epoch's pods are still going."""
     if not p.whole_gang or p.stale:
@@ -99,7 +99,7 @@ def _gang_restart_trigger(p: _Pass, outcomes: Mapping[str, ReplicaOutcome]) -> s
 
 
 def _verdict(
-    p: _Pass, outcomes: Mapping[str, ReplicaOutcome]
+    p: _Pass, outcomes: Mapping[str, ReplicaAccount]
 ) -> tuple[Verdict | None, float | None]:
     """The verdict and the seconds to the deadline; creates refused for longer than
     the grace (policy.failures) fail a job no other rule ends."""
@@ -113,7 +113,7 @@ def _verdict(
 
 def _restarting(p: _Pass, new: JobStatus, restart_type: str) -> JobStatus:
     """The status that starts a whole-gang restart: the next epoch, Restarting."""
-    message = gang_restart.msg_gang_restart(p.tfjob.name, restart_type)
+    message = cond.msg_gang_restart(p.tfjob.name, restart_type)
     conds = cond.set_condition(
         new.conditions, cond.RESTARTING, cond.TRUE, cond.REASON_RESTARTING, message, p.now
     )
@@ -148,7 +148,7 @@ def _finishing(p: _Pass, plan: Plan) -> Plan:
 
 
 def _allowed_creates(
-    p: _Pass, outcomes: Mapping[str, ReplicaOutcome], gang: GangStep | None
+    p: _Pass, outcomes: Mapping[str, ReplicaAccount], gang: GangStep | None
 ) -> dict[str, list[int]]:
     """The indexes to create pods for now: what accounting asks for, less what must wait.
     Each rule only takes away."""
@@ -167,7 +167,7 @@ def _allowed_creates(
 def _running(
     p: _Pass,
     plan: Plan,
-    outcomes: Mapping[str, ReplicaOutcome],
+    outcomes: Mapping[str, ReplicaAccount],
     gang: GangStep | None,
     deadline_in: float | None,
 ) -> Plan:
@@ -218,7 +218,7 @@ def account(
     config: PlanConfig,
     *,
     resumed_at: datetime | None,
-) -> dict[str, ReplicaOutcome]:
+) -> dict[str, ReplicaAccount]:
     """Fold every replica type's observed pods into its durable record (policy.restart)."""
     pods_by_type = group_by_replica(snap.pods)
     dynamic = bool(tfjob.spec.enable_dynamic_worker)

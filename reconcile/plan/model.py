@@ -30,9 +30,10 @@ from reconcile.policy.status import (
 @dataclass(frozen=True)
 class PlanConfig:
     cluster_domain: str | None = None  # CUSTOM_CLUSTER_DOMAIN
-    backoff_base_seconds: float = 10.0  # replacement backoff 10s * 2^n
-    backoff_max_seconds: float = 360.0
-    backoff_reset_after_seconds: float = 600.0  # a pod that ran this long resets the backoff
+    #: the replacement backoff (policy.restart.BackoffPolicy, whose defaults these are)
+    backoff_base_seconds: float = BackoffPolicy.base_seconds
+    backoff_max_seconds: float = BackoffPolicy.max_seconds
+    backoff_reset_after_seconds: float = BackoffPolicy.reset_after_seconds
     operator_name: str = DEFAULT_OPERATOR_NAME
     #: gang scheduling (reconcile.policy.gang): --gang-scheduler-name, None when off
     gang: Gang | None = None

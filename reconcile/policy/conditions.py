@@ -236,3 +236,25 @@ def transition_events(
         if event_type is not None:
             out.append(EventIntent(event_type, cond.reason, cond.message))
     return out
+
+
+# --- gang scheduling and whole-gang restart ----------------------------------------------
+
+REASON_POD_GROUP_PENDING = "PodGroupPending"
+REASON_POD_GROUP_ADMITTED = "PodGroupAdmitted"
+REASON_TEMPLATE_SCHEDULER_NAME = "SetPodTemplateSchedulerName"
+MSG_TEMPLATE_SCHEDULER_NAME = (
+    "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten"
+)
+REASON_DELETED_POD_GROUP = "SuccessfulDeletePodGroup"
+
+
+def msg_deleted_pod_group(name: str) -> str:
+    return f"Deleted PodGroup: {name}"
+
+
+def msg_gang_restart(name: str, rtype: str) -> str:
+    return (
+        f"TFJob {name} is restarting its whole gang: a {rtype} pod ended, so every pod is"
+        " deleted and all are created again together."
+    )

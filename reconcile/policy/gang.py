@@ -49,13 +49,6 @@ VOLCANO_WAITING_PHASES = ("", "Pending")
 
 #: The condition that says why an active job has no pods yet (Volcano mode).
 GANG_ADMITTED = "GangAdmitted"
-REASON_POD_GROUP_PENDING = "PodGroupPending"
-REASON_POD_GROUP_ADMITTED = "PodGroupAdmitted"
-REASON_TEMPLATE_SCHEDULER_NAME = "SetPodTemplateSchedulerName"
-MSG_TEMPLATE_SCHEDULER_NAME = (
-    "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten"
-)
-REASON_DELETED_POD_GROUP = "SuccessfulDeletePodGroup"
 
 
 class GangKind(StrEnum):
@@ -130,7 +123,9 @@ def scheduler_overrides(
         if indexes and name and name != gang.scheduler_name:
             return [
                 EventIntent(
-                    cond.WARNING, REASON_TEMPLATE_SCHEDULER_NAME, MSG_TEMPLATE_SCHEDULER_NAME
+                    cond.WARNING,
+                    cond.REASON_TEMPLATE_SCHEDULER_NAME,
+                    cond.MSG_TEMPLATE_SCHEDULER_NAME,
                 )
             ]
     return []
@@ -285,13 +280,13 @@ def admission_conditions(
     current = list(conditions)
     old = cond.find(current, GANG_ADMITTED)
     if waiting is not None:
-        status, reason = cond.FALSE, REASON_POD_GROUP_PENDING
+        status, reason = cond.FALSE, cond.REASON_POD_GROUP_PENDING
         message = (
             f"TFJob {name} waits for its PodGroup to be admitted (phase {waiting or 'unset'}):"
             " no pod is created before the scheduler admits the whole gang."
         )
     elif old is not None and old.status == cond.FALSE:
-        status, reason = cond.TRUE, REASON_POD_GROUP_ADMITTED
+        status, reason = cond.TRUE, cond.REASON_POD_GROUP_ADMITTED
         message = f"TFJob {name}'s PodGroup was admitted: its pods are created."
     else:
         return current
@@ -300,7 +295,3 @@ def admission_conditions(
     fields = {"type": GANG_ADMITTED, "status": status, "reason": reason, "message": message}
     new = JobCondition(**fields, last_update_time=now, last_transition_time=now)
     return [new, *(c for c in current if c.type != GANG_ADMITTED)]
-
-
-def msg_deleted(name: str) -> str:
-    return f"Deleted PodGroup: {name}"

@@ -28,7 +28,7 @@ from reconcile.api.models import TFJob
 from reconcile.api.names import STATUS_ORDER
 from reconcile.api.status_types import JobStatus, ReplicaStatus
 from reconcile.objects.pods import is_terminating
-from reconcile.policy.restart import ReplicaOutcome
+from reconcile.policy.restart import ReplicaAccount
 
 GANG_RESTART_ANNOTATION = "training.kubeflow.org/gang-restart"
 GANG_EPOCH_LABEL = "training.kubeflow.org/gang-epoch"
@@ -69,7 +69,7 @@ def labelled(pod: JSON, epoch: int) -> JSON:
     return {**pod, "metadata": {**metadata, "labels": labels}}
 
 
-def trigger(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> str | None:
+def trigger(old: JobStatus, outcomes: Mapping[str, ReplicaAccount]) -> str | None:
     """The first replica type (status order) with a restart or disruption newly
     accounted in this pass: the gang restarts."""
     for rtype in _in_order(outcomes):
@@ -81,8 +81,8 @@ def trigger(old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]) -> str | Non
 
 
 def as_one_restart(
-    old: JobStatus, outcomes: Mapping[str, ReplicaOutcome]
-) -> dict[str, ReplicaOutcome]:
+    old: JobStatus, outcomes: Mapping[str, ReplicaAccount]
+) -> dict[str, ReplicaAccount]:
     """Pods that ended together make one gang restart: the first type's first new
     restart counts, the others' are taken back (before the verdict reads them). New
     outcomes; the given ones are left as they were."""
@@ -107,13 +107,6 @@ def restart_gang(new: JobStatus, old: JobStatus) -> JobStatus:
         for rt, rs in new.replica_statuses.items()
     }
     return new.model_copy(update={"gang_epoch": old.gang_epoch + 1, "replica_statuses": statuses})
-
-
-def msg_gang_restart(name: str, rtype: str) -> str:
-    return (
-        f"TFJob {name} is restarting its whole gang: a {rtype} pod ended, so every pod is"
-        " deleted and all are created again together."
-    )
 
 
 def stale_deletions(stale: Sequence[JSON]) -> list[JSON]:

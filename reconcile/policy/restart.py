@@ -56,6 +56,10 @@ from reconcile.policy.pod_outcome import PodOutcome, pod_outcome
 
 @dataclass(frozen=True)
 class BackoffPolicy:
+    """The wait before a failed pod's replacement: ``base_seconds`` * 2^(failures-1),
+    capped at ``max_seconds``; a pod that ran ``reset_after_seconds`` starts the count
+    afresh. The defaults are upstream's restart backoff, and the controller's flags'."""
+
     base_seconds: float = 10.0
     max_seconds: float = 360.0
     reset_after_seconds: float = 600.0
@@ -78,7 +82,7 @@ class ReplicaInput:
 
 
 @dataclass(frozen=True)
-class ReplicaOutcome:
+class ReplicaAccount:
     status: ReplicaStatus
     create: list[int] = field(default_factory=list)
     delete: list[JSON] = field(default_factory=list)
@@ -96,7 +100,7 @@ class ReplicaOutcome:
 
 @dataclass
 class _Draft:
-    """A ReplicaOutcome while account_replica fills it in."""
+    """A ReplicaAccount while account_replica fills it in."""
 
     status: ReplicaStatus
     create: list[int] = field(default_factory=list)
@@ -120,7 +124,7 @@ def account_replica(
     backoff: BackoffPolicy,
     *,
     resumed_at: datetime | None = None,
-) -> ReplicaOutcome:
+) -> ReplicaAccount:
     """Fold the observed pods of one replica type into its durable record and decide which
     indexes need a pod now, which pods go, and when to look again."""
     succeeded = set(i for i in parse_indexes(old.succeeded_indexes) if i < inp.replicas)
@@ -231,7 +235,7 @@ def account_replica(
             "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != _NO_RETRY},
         }
     )
-    return ReplicaOutcome(**{f.name: getattr(out, f.name) for f in fields(_Draft)})
+    return ReplicaAccount(**{f.name: getattr(out, f.name) for f in fields(_Draft)})
 
 
 def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:

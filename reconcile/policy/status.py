@@ -20,7 +20,7 @@ from controller.types import JSON
 from reconcile.api.models import TFJob
 from reconcile.api.status_types import JobCondition, JobStatus, ReplicaStatus
 from reconcile.policy import conditions as cond
-from reconcile.policy.restart import ReplicaOutcome
+from reconcile.policy.restart import ReplicaAccount
 from reconcile.policy.verdict import Verdict, deciding_type, in_status_order
 
 
@@ -53,7 +53,7 @@ def active_clock(old: JobStatus, name: str, now: datetime) -> ActiveClock:
 
 def calculate_status(
     old: JobStatus,
-    outcomes: Mapping[str, ReplicaOutcome],
+    outcomes: Mapping[str, ReplicaAccount],
     verdict: Verdict | None,
     now: datetime,
     *,

@@ -24,7 +24,7 @@ from reconcile.api.names import STATUS_ORDER, ReplicaType, SuccessPolicy
 from reconcile.api.status_types import elapsed_due, parse_indexes
 from reconcile.policy import conditions as cond
 from reconcile.policy.pod_outcome import PodOutcome
-from reconcile.policy.restart import ReplicaOutcome
+from reconcile.policy.restart import ReplicaAccount
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def deciding_type(specs: Mapping[str, ReplicaSpec]) -> str | None:
 
 def decide(
     job: TFJob,
-    outcomes: Mapping[str, ReplicaOutcome],
+    outcomes: Mapping[str, ReplicaAccount],
     start_time: datetime,
     now: datetime,
 ) -> tuple[Verdict | None, float | None]:
@@ -94,7 +94,7 @@ def decide(
     return None, remaining
 
 
-def _succeeded(job: TFJob, outcomes: Mapping[str, ReplicaOutcome]) -> bool:
+def _succeeded(job: TFJob, outcomes: Mapping[str, ReplicaAccount]) -> bool:
     decider = deciding_type(job.replica_specs)
     if decider is None:
         return False

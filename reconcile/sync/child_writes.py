@@ -30,7 +30,7 @@ from reconcile.policy.failures import CreateFailures
 from reconcile.policy.tracking import PATCH_TYPE, release_patch
 from reconcile.sync.claims import NameHeld, Ours, claim, controlled_by
 from reconcile.sync.keys import pods_key, releases_key, services_key
-from reconcile.sync.writes import Outcome, short_error
+from reconcile.sync.writes import WriteTally, short_error
 
 log = structlog.get_logger("tfjob")
 
@@ -77,7 +77,7 @@ class ChildWrites:
         #: namespaces being deleted, and until when no create is sent there
         self._terminating: dict[str, float] = {}
 
-    async def apply(self, key: str, job: JobView, plan: Plan, outcome: Outcome) -> None:
+    async def apply(self, key: str, job: JobView, plan: Plan, outcome: WriteTally) -> None:
         pods = _Child("Pod", self._pods, pods_key(key))
         services = _Child("Service", self._services, services_key(key))
         exp = self._expectations
@@ -118,7 +118,7 @@ class ChildWrites:
         writes += self._releasers(key, plan.release_pods, outcome, plan.retired)
         await self._bounded(writes)
 
-    async def release(self, key: str, pods: list[JSON], outcome: Outcome) -> None:
+    async def release(self, key: str, pods: list[JSON], outcome: WriteTally) -> None:
         """Remove the tracking finalizer from ``pods`` (the pods of a job that is gone)."""
         await self._bounded(self._releasers(key, pods, outcome))
 
@@ -140,7 +140,7 @@ class ChildWrites:
         self,
         key: str,
         pods: list[JSON],
-        outcome: Outcome,
+        outcome: WriteTally,
         retired: frozenset[str] = frozenset(),
     ) -> list[Callable[[], Awaitable[None]]]:
         if not pods:
@@ -150,7 +150,7 @@ class ChildWrites:
         return [self._releaser(exp_key, p, outcome, p["metadata"]["uid"] in retired) for p in pods]
 
     def _releaser(
-        self, exp_key: str, pod: JSON, outcome: Outcome, retired: bool
+        self, exp_key: str, pod: JSON, outcome: WriteTally, retired: bool
     ) -> Callable[[], Awaitable[None]]:
         meta = pod["metadata"]
 
@@ -184,7 +184,7 @@ class ChildWrites:
         return release
 
     def _creator(
-        self, key: str, job: JobView, child: _Child, body: JSON, outcome: Outcome
+        self, key: str, job: JobView, child: _Child, body: JSON, outcome: WriteTally
     ) -> Callable[[], Awaitable[None]]:
         meta = body["metadata"]
 
@@ -236,7 +236,7 @@ class ChildWrites:
             return found
 
     def _deleter(
-        self, job: JobView, child: _Child, obj: JSON, outcome: Outcome
+        self, job: JobView, child: _Child, obj: JSON, outcome: WriteTally
     ) -> Callable[[], Awaitable[None]]:
         meta = obj["metadata"]
 
@@ -264,7 +264,7 @@ class ChildWrites:
         child: _Child,
         verb: str,
         name: str,
-        outcome: Outcome,
+        outcome: WriteTally,
         call: Callable[[], Awaitable[object]],
         observed: Callable[[], None],
         *,
@@ -297,7 +297,7 @@ class ChildWrites:
         return True
 
     def _failed(
-        self, job: JobView, outcome: Outcome, verb: str, kind: str, name: str, e: Exception
+        self, job: JobView, outcome: WriteTally, verb: str, kind: str, name: str, e: Exception
     ) -> None:
         outcome.failed_writes += 1
         gerund = {"Create": "creating", "Delete": "deleting"}[verb]

@@ -17,7 +17,7 @@ from reconcile.api.spec import JobView
 from reconcile.plan import Plan
 from reconcile.sync.memory import JobMemory
 from reconcile.sync.metrics import JobMetrics
-from reconcile.sync.writes import Outcome, write_status
+from reconcile.sync.writes import WriteTally, write_status
 
 
 class StatusWrites:
@@ -40,9 +40,7 @@ class StatusWrites:
         self.memory = memory
         self.metrics = metrics
 
-    async def write(
-        self, key: str, view: JobView, plan: Plan, outcome: Outcome
-    ) -> float | None:
+    async def write(self, key: str, view: JobView, plan: Plan, outcome: WriteTally) -> float | None:
         """Write the plan's status; return when to look at the job again.
 
         Progress alone (replica counts, Running) is paced: a job writes it at most once

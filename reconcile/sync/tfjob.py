@@ -66,7 +66,7 @@ from reconcile.sync.memory import JobMemory
 from reconcile.sync.metrics import JobMetrics
 from reconcile.sync.ports import Caches, Writers
 from reconcile.sync.status_writes import StatusWrites
-from reconcile.sync.writes import Outcome, delete_job, write_podgroup, write_status
+from reconcile.sync.writes import WriteTally, delete_job, write_podgroup, write_status
 
 #: How long to wait before looking again at a job whose writes are not yet observed.
 #: The observing informer event re-enqueues the key sooner; this is the safety net. A job
@@ -180,7 +180,7 @@ class TFJobReconciler:
         if plan.ends:
             structlog.contextvars.bind_contextvars(ends=plan.ends)
         # 6. Apply it: deletes and releases in the pass, creates handed to the background.
-        outcome = Outcome()
+        outcome = WriteTally()
         if plan.podgroup is not None and self.writers.podgroups is not None:
             structlog.contextvars.bind_contextvars(podgroup=plan.podgroup.verb)
             await write_podgroup(
@@ -322,12 +322,13 @@ class TFJobReconciler:
     ) -> Result:
         if not self.expectations.satisfied(releases_key(key)):
             return _done("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
-        done = Outcome()
+        done = WriteTally()
         await self._children.release(key, stray, done)
         structlog.contextvars.bind_contextvars(outcome=outcome, released=done.released)
         if done.errors:
             raise done.errors[0]
         return Result()
+
 
 def _planned(raw: JSON) -> tuple[object, ...]:
     """What a job's creates are planned for: this job (UID), this spec (generation),

@@ -45,7 +45,6 @@ from controller.types import (
 from reconcile.api.spec import JobView
 from reconcile.plan import PodGroupWrite
 from reconcile.policy import conditions as cond
-from reconcile.policy.gang import REASON_DELETED_POD_GROUP, msg_deleted
 from reconcile.sync.keys import podgroups_key
 
 log = structlog.get_logger("tfjob")
@@ -55,7 +54,7 @@ MAX_ERROR_MESSAGE = 300
 
 
 @dataclass
-class Outcome:
+class WriteTally:
     """Counters for the one summary log line of a pass."""
 
     created: int = 0
@@ -80,7 +79,7 @@ async def write_podgroup(
     key: str,
     job: JobView,
     write: PodGroupWrite,
-    outcome: Outcome,
+    outcome: WriteTally,
 ) -> None:
     """The pass's one PodGroup write. A create or delete is expected (reconcile.sync.keys)
     until the PodGroup informer sees it, so the next pass neither creates it again nor
@@ -116,7 +115,12 @@ async def write_podgroup(
             outcome.failed_writes += 1
             raise
         outcome.deleted += 1
-        events.event(job.raw, cond.NORMAL, REASON_DELETED_POD_GROUP, msg_deleted(job.name))
+        events.event(
+            job.raw,
+            cond.NORMAL,
+            cond.REASON_DELETED_POD_GROUP,
+            cond.msg_deleted_pod_group(job.name),
+        )
 
 
 async def write_status(
@@ -138,7 +142,9 @@ async def write_status(
         expectations.expect_resource_version(key, str(rv))
 
 
-async def delete_job(jobs: ObjectWriter, events: EventSink, job: JobView, outcome: Outcome) -> bool:
+async def delete_job(
+    jobs: ObjectWriter, events: EventSink, job: JobView, outcome: WriteTally
+) -> bool:
     """Delete the job (ttlSecondsAfterFinished); the garbage collector takes its children.
     True when this call deleted it."""
     try:

@@ -13,7 +13,7 @@ from reconcile.policy.gang_restart import (
     as_one_restart,
     labelled,
 )
-from reconcile.policy.restart import ReplicaOutcome
+from reconcile.policy.restart import ReplicaAccount
 from tests.builders import make_tfjob
 from tests.unit.reconcile.test_plan import World, cond
 
@@ -116,8 +116,8 @@ def test_without_the_annotation_one_pod_is_replaced() -> None:
 def test_one_restart_and_the_epoch_label_leave_their_inputs_as_they_were() -> None:
     old = JobStatus(replica_statuses={"Chief": ReplicaStatus(), "Worker": ReplicaStatus()})
     given = {
-        "Chief": ReplicaOutcome(status=ReplicaStatus(restarts=1)),
-        "Worker": ReplicaOutcome(status=ReplicaStatus(restarts=2), create=[0, 1]),
+        "Chief": ReplicaAccount(status=ReplicaStatus(restarts=1)),
+        "Worker": ReplicaAccount(status=ReplicaStatus(restarts=2), create=[0, 1]),
     }
     before = copy.deepcopy(given)
     out = as_one_restart(old, given)

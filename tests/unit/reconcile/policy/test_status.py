@@ -12,7 +12,7 @@ from reconcile.api.models import TFJob
 from reconcile.api.spec import read_job
 from reconcile.api.status_types import JobCondition, JobStatus, ReplicaStatus
 from reconcile.policy import conditions as cond
-from reconcile.policy.restart import ReplicaOutcome
+from reconcile.policy.restart import ReplicaAccount
 from reconcile.policy.status import (
     active_clock,
     calculate_status,
@@ -48,14 +48,14 @@ CREATED = (cond.CREATED, cond.TRUE, cond.REASON_CREATED, 0)
 RUNNING = (cond.RUNNING, cond.TRUE, cond.REASON_RUNNING, 5)
 
 
-def outcomes(restarting: str | None = None, **active: int) -> dict[str, ReplicaOutcome]:
+def outcomes(restarting: str | None = None, **active: int) -> dict[str, ReplicaAccount]:
     return {
-        rt: ReplicaOutcome(status=ReplicaStatus(active=active.get(rt, 0)), restarting=rt == restarting)
+        rt: ReplicaAccount(status=ReplicaStatus(active=active.get(rt, 0)), restarting=rt == restarting)
         for rt in ("Chief", "PS", "Worker")
     }  # fmt: skip
 
 
-def calc(old: JobStatus, outs: dict[str, ReplicaOutcome], verdict: Verdict | None = None,
+def calc(old: JobStatus, outs: dict[str, ReplicaAccount], verdict: Verdict | None = None,
          now: float = 100, job: TFJob | None = None) -> JobStatus:  # fmt: skip
     job = job or tfjob()
     clock = active_clock(old, job.name, at(now))
@@ -117,7 +117,7 @@ def test_running_follows_the_deciding_type(
     builder: TFJobBuilder, active: dict[str, int], running: bool
 ) -> None:
     job = tfjob(builder)
-    outs = {rt: ReplicaOutcome(ReplicaStatus(active=active.get(rt, 0))) for rt in job.replica_specs}
+    outs = {rt: ReplicaAccount(ReplicaStatus(active=active.get(rt, 0))) for rt in job.replica_specs}
     new = calc(JobStatus(conditions=conds(CREATED), start_time=at(0)), outs, job=job)
     assert (("Running", "True") in kinds(new)) is running
     assert {rt: rs.active for rt, rs in new.replica_statuses.items()} == {
@@ -151,8 +151,8 @@ def test_restarting_names_the_first_type_in_status_order() -> None:
 def test_success_counts_still_active_replicas_as_succeeded() -> None:
     old = JobStatus(conditions=conds(CREATED, RUNNING), start_time=at(0))
     outs = outcomes(PS=1, Worker=2)
-    outs["Chief"] = ReplicaOutcome(ReplicaStatus(succeeded=1, succeeded_indexes="0"))
-    outs["Worker"] = ReplicaOutcome(ReplicaStatus(active=2, active_indexes="0-1", restarts=3))
+    outs["Chief"] = ReplicaAccount(ReplicaStatus(succeeded=1, succeeded_indexes="0"))
+    outs["Worker"] = ReplicaAccount(ReplicaStatus(active=2, active_indexes="0-1", restarts=3))
     new = calc(old, outs, Verdict(True, "done"), now=60)
     assert kinds(new) == [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
     assert (new.start_time, new.completion_time) == (at(0), at(60))
@@ -164,7 +164,7 @@ def test_success_counts_still_active_replicas_as_succeeded() -> None:
 def test_failure_keeps_replica_counts_as_accounted() -> None:
     old = JobStatus(conditions=conds(CREATED, RUNNING), start_time=at(0))
     outs = outcomes(Chief=1, PS=1)
-    outs["Worker"] = ReplicaOutcome(ReplicaStatus(active=1, failed=1, failed_indexes="1"))
+    outs["Worker"] = ReplicaAccount(ReplicaStatus(active=1, failed=1, failed_indexes="1"))
     new = calc(old, outs, Verdict(False, "boom", cond.WARNING), now=60)
     assert kinds(new)[-1] == ("Failed", "True")
     failed = cond.find(new.conditions, cond.FAILED)

@@ -12,7 +12,7 @@ from reconcile.api.spec import read_job
 from reconcile.api.status_types import ReplicaStatus, parse_indexes
 from reconcile.policy import conditions as cond
 from reconcile.policy.pod_outcome import PodOutcome
-from reconcile.policy.restart import ReplicaOutcome
+from reconcile.policy.restart import ReplicaAccount
 from reconcile.policy.verdict import Verdict, decide, deciding_type, in_status_order
 from tests.builders import TFJobBuilder, at, make_tfjob
 
@@ -31,7 +31,7 @@ def out(
     failed: int = 0,
     restarts: int = 0,
     permanent: PodOutcome | None = None,
-) -> ReplicaOutcome:
+) -> ReplicaAccount:
     """An outcome whose succeeded count matches its succeeded indexes (as accounting makes it)."""
     status = ReplicaStatus(
         active=active,
@@ -40,7 +40,7 @@ def out(
         failed=failed,
         restarts=restarts,
     )
-    return ReplicaOutcome(status=status, permanent_failure=permanent)
+    return ReplicaAccount(status=status, permanent_failure=permanent)
 
 
 def verdict(builder: TFJobBuilder, now: float = 100, start: float = 0, **outcomes: Any) -> Any:
