@@ -1,4 +1,5 @@
-"""Names and labels of the pods and services a TFJob owns (semantics §4.1, §4.2).
+"""Names and labels of the pods and services a TFJob owns
+(docs/semantics.md#names-labels-and-owner-references).
 
 The label keys and values are the upstream contract: dashboards, the kubeflow-training SDK
 (``get_job_pods``) and users' selectors rely on them, so they are reproduced exactly.

@@ -5,7 +5,8 @@ The upstream JSON names are kept exactly (``conditions``, ``replicaStatuses``, `
 these models, so every field the reconciler persists must be declared here.
 
 Extensions, and why they exist (upstream derives everything from the pods that happen to
-exist, so pod GC or a controller restart loses history — semantics §9.2, §9.3):
+exist, so pod GC or a controller restart loses history;
+docs/semantics.md#upstreams-defects-we-fix):
 
 - ``observedGeneration``: the ``metadata.generation`` this status was computed for.
 - per replica type ``restarts``: retries counted against ``runPolicy.backoffLimit`` (our pod

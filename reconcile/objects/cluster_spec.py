@@ -1,4 +1,4 @@
-"""TF_CONFIG: the cluster description every TensorFlow process reads (semantics §4.6).
+"""TF_CONFIG: the cluster description every TensorFlow process reads (docs/semantics.md#tf_config).
 
 The value must be byte-identical to upstream's, because user code and TensorFlow's
 ``TFConfigClusterResolver`` parse it and people diff it when debugging. Upstream builds it

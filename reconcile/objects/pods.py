@@ -4,7 +4,7 @@ Pods are plain dicts end to end. A template is deep-copied and only the fields t
 controller owns are overwritten (name, namespace, controller labels, ownerReferences,
 restartPolicy, TF_CONFIG; the tracking finalizer is added), so any core/v1 field a user
 sets — including ones newer than this code — reaches the API server untouched
-(semantics §4.4).
+(docs/semantics.md#pods).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def tfjob_owner(obj: Mapping[str, Any]) -> JSON | None:
 
 
 def owner_reference(job: JobRef) -> JSON:
-    """The controller ownerReference upstream puts on every child (§4.3)."""
+    """The controller ownerReference upstream puts on every child
+    (docs/semantics.md#names-labels-and-owner-references)."""
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

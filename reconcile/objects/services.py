@@ -1,9 +1,9 @@
-"""Headless services: one per replica, named like its pod (semantics §4.5).
+"""Headless services: one per replica, named like its pod (docs/semantics.md#services).
 
 Differences from upstream, on purpose:
 - ``publishNotReadyAddresses: true``: TensorFlow processes resolve their peers at start-up,
   before those peers are Ready; without it the DNS records appear late and workers exit on
-  lookup failures (upstream #1458, semantics §9.5).
+  lookup failures (upstream #1458).
 - only *named* ports are exposed, once per name: upstream keys ports by name, so unnamed
   ports collapse into one entry with an empty name that the API server rejects.
 - the plan guarantees exactly one service per live index: a second owned service with the

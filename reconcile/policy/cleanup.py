@@ -1,4 +1,5 @@
-"""What a finished job leaves behind: cleanPodPolicy and ttlSecondsAfterFinished (§4.11).
+"""What a finished job leaves behind: cleanPodPolicy and ttlSecondsAfterFinished
+(docs/semantics.md#run-policies).
 
 Both apply from the pass that finishes the job on, and they are all that ever happens to
 a finished job: its status is frozen at the moment it finished and no pod is created for

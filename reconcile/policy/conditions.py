@@ -1,4 +1,5 @@
-"""Job conditions: upstream's types, reasons, messages and transition rules (semantics §3.2).
+"""Job conditions: upstream's types, reasons, messages and transition rules
+(docs/semantics.md#conditions).
 
 ``set_condition`` reproduces upstream's ``setCondition`` exactly, because clients (the
 kubeflow-training SDK, Kueue, dashboards, ``kubectl get`` printing the last condition) read

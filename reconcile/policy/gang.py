@@ -8,7 +8,7 @@ schedulerName ``volcano``; any other value makes scheduler-plugins PodGroups
 their schedulerName.
 
 One PodGroup per job, named after it and owned by it. What upstream gets wrong and this
-module does not (notes §5, §9):
+module does not (docs/semantics.md#gang-scheduling):
 - no pod is created before the PodGroup exists, and with Volcano none while its phase is
   "" or Pending (the scheduler admits the whole gang, Inqueue, or nothing): a half-created
   gang holds resources and can deadlock another;

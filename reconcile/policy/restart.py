@@ -2,7 +2,7 @@
 
 Upstream decides from the pods that happen to exist and restarts by deleting a failed pod
 and creating the next one on a later pass, with no delay, no durable count and no memory of
-finished indexes (semantics §4.7, §4.8, §9). Here every decision is a pure function of the
+finished indexes (docs/semantics.md#run-policies). Here every decision is a pure function of the
 pods and the durable per-index record in status (``ReplicaStatus``):
 
 - an index whose pod succeeded is recorded in ``succeededIndexes`` and never re-run, even if

@@ -153,7 +153,7 @@ def with_created(
     conditions: Sequence[JobCondition], name: str, now: datetime
 ) -> list[JobCondition]:
     # Created is recorded with the first status write (upstream sets it in the create
-    # predicate and persists it with the first write, §3.2).
+    # predicate and persists it with the first write, docs/semantics.md#conditions).
     if cond.find(conditions, cond.CREATED) is not None:
         return list(conditions)
     return cond.set_condition(

@@ -1,4 +1,4 @@
-"""The verdict: whether this pass ends the job, and how (semantics §3.3, §5).
+"""The verdict: whether this pass ends the job, and how (docs/semantics.md#how-a-job-ends).
 
 Checked in this order, the first that holds wins:
 1. success: the deciding replica type (Chief/Master when present, else Worker) has

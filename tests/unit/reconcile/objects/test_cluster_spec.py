@@ -29,7 +29,7 @@ UPSTREAM_POD_TEST_DOMAIN = (
     '"worker":["J-worker-0.ns3.svc.tf.training.com:2222"]},'
     '"task":{"type":"worker","index":0},"environment":"cloud"}'
 )
-# Semantics §10: mnist-worker-1.
+# docs/semantics.md#tf_config: mnist-worker-1.
 MNIST_WORKER_1 = (
     '{"cluster":{"chief":["mnist-chief-0.kubeflow.svc:2222"],'
     '"ps":["mnist-ps-0.kubeflow.svc:2222"],'
