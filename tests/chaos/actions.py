@@ -56,7 +56,7 @@ class Actions:
     ns: str
     rng: random.Random
     #: resume as soon as the Suspended condition is stored, while the suspended pods may
-    #: still be terminating (off: once they are gone); see README, "Chaos"
+    #: still be terminating (off: once they are gone); see docs/development.md#chaos
     quick_resume: bool = False
     deaths: list[Death] = field(default_factory=list)
     done: Counter[str] = field(default_factory=Counter)

@@ -1,5 +1,5 @@
 """What each job must end as: its shape and run policies, and what the faults done to it
-so far must have done (README, "Run policies").
+so far must have done (docs/semantics.md#run-policies).
 
 - a graceful delete, a force delete (grace 0) or an eviction of a pod the controller knew
   to be running is a disruption: replaced, never counted against backoffLimit;

@@ -8,7 +8,7 @@ A fault waits until its target is fair — the pod is Running and not hit before
 restarted in place is a fair target again once its restart is counted), the job
 is neither suspended nor finished, its earlier faults are all in its status and the
 status lists the index as active — because a pod removed before the controller ever saw
-it running cannot be told from one that never existed (README, "Run policies"), and the
+it running cannot be told from one that never existed (docs/semantics.md#run-policies), and the
 model could not say what it must count. Faults on one job are serialized (the job's
 lock); faults on different jobs overlap freely.
 """
@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconcile.objects.pods import restart_count
 from reconcile.api.status_types import parse_indexes
+from reconcile.objects.pods import restart_count
 from tests.chaos.env import Api, Unreachable
 from tests.chaos.history import History, counters, live, true_condition
 from tests.chaos.model import EVICT, EXIT, FAILED, FORCE, GRACEFUL, SUCCEEDED, JobModel

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.objects.pods import restart_count
 from reconcile.api.status_types import parse_indexes
+from reconcile.objects.pods import restart_count
 from tests.cluster.kube import (
     ControllerProcess,
     Kube,
@@ -119,7 +119,7 @@ def target(
     """The pod at (rtype, index) once it is a fair target: running, this run of it not
     killed before, and known to the controller — the earlier kills of its type are accounted and the status
     lists the index as active. (A pod removed before the controller ever saw it running
-    cannot be told from one that never existed; see README, "Run policies".)"""
+    cannot be told from one that never existed; see docs/semantics.md#run-policies.)"""
     pod = kube.pod(ns, f"{m.name}-{rtype.lower()}-{index}")
     if not pod or not live(pod) or pod["status"].get("phase") != "Running":
         return None
@@ -242,7 +242,7 @@ def test_random_pod_kills_every_job_reaches_its_policy_outcome(
             )
         else:
             # A failed job's active pods are stopped; its finished ones stay, each with
-            # its service (README, "Run policies").
+            # its service (docs/semantics.md#run-policies).
             wait_for(lambda m=m: only_finished_left(kube, ns, m.name), 20, f"{m.name} stopped")
     # A new pod for each kill that had to be replaced (a disruption, an ExitCode retry),
     # and none for a container restarted in place. A job that failed may have ended
