@@ -36,7 +36,7 @@ pods and the durable per-index record in status (``ReplicaStatus``):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -98,20 +98,6 @@ class ReplicaAccount:
     ends: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Draft:
-    """A ReplicaAccount while account_replica fills it in."""
-
-    status: ReplicaStatus
-    create: list[int] = field(default_factory=list)
-    delete: list[JSON] = field(default_factory=list)
-    wait: float | None = None
-    restarting: bool = False
-    permanent_failure: PodOutcome | None = None
-    accounted: list[int] = field(default_factory=list)
-    ends: list[str] = field(default_factory=list)
-
-
 #: An index with no retry state (models are frozen: one instance serves every pass).
 _NO_RETRY = IndexRetry()
 
@@ -133,14 +119,20 @@ def account_replica(
         int(k): v for k, v in old.index_retries.items() if k.isdigit() and int(k) < inp.replicas
     }
     was_active = parse_indexes(old.active_indexes)
-    out = _Draft(status=old)
+    create: list[int] = []
+    delete: list[JSON] = []
+    wait: float | None = None
+    restarting = False
+    permanent_failure: PodOutcome | None = None
+    accounted: list[int] = []
+    ends: list[str] = []
     restarts, disruptions, active = old.restarts, old.disruptions, 0
     active_indexes: set[int] = set()
 
     for index, pods in sorted(pods_by_index.items()):
         if index >= inp.replicas:
             # Scale-down: highest indexes go; they are not accounted any more.
-            out.delete.extend(p for p in pods if not is_terminating(p))
+            delete.extend(p for p in pods if not is_terminating(p))
 
     for index in range(inp.replicas):
         if index in succeeded or index in failed:
@@ -154,7 +146,7 @@ def account_replica(
             if uid and uid == rec.last_pod_uid:
                 # Ended and accounted on an earlier pass; make sure it is on its way out.
                 if not is_terminating(pod):
-                    out.delete.append(pod)
+                    delete.append(pod)
                 continue
             restarts, rec = _fold_container_restarts(pod, uid, rec, restarts)
             outcome = pod_outcome(pod, inp.restart_policy, resumed_at=resumed_at)
@@ -166,17 +158,17 @@ def account_replica(
                 succeeded.add(index)
             elif outcome in (PodOutcome.FAIL_NEVER, PodOutcome.FAIL_EXIT_CODE):
                 failed.add(index)
-                out.accounted.append(index)
-                out.ends.append(_end(index, outcome, uid))
-                if not inp.failures_tolerated and out.permanent_failure is None:
-                    out.permanent_failure = outcome
+                accounted.append(index)
+                ends.append(_end(index, outcome, uid))
+                if not inp.failures_tolerated and permanent_failure is None:
+                    permanent_failure = outcome
             elif outcome is PodOutcome.DISRUPTED:
                 # Recorded now, deleted (if still there) by the pass after the status
                 # holding the record is stored: see "account, then delete" above.
                 disruptions += 1
                 rec = rec.model_copy(update={"last_pod_uid": uid})
-                out.accounted.append(index)
-                out.ends.append(_end(index, outcome, uid))
+                accounted.append(index)
+                ends.append(_end(index, outcome, uid))
             elif outcome is PodOutcome.RETRY:
                 restarts += 1
                 ended = finished_at(pod) or now
@@ -186,8 +178,8 @@ def account_replica(
                 rec = rec.model_copy(
                     update={"failures": failures, "last_failure_time": ended, "last_pod_uid": uid}
                 )
-                out.accounted.append(index)
-                out.ends.append(_end(index, outcome, uid))
+                accounted.append(index)
+                ends.append(_end(index, outcome, uid))
             elif outcome is PodOutcome.TERMINATING and phase_of(pod) == PodPhase.RUNNING:
                 # Still running: should it vanish without an end we saw, that is a
                 # disruption (activeIndexes), counted then.
@@ -202,7 +194,7 @@ def account_replica(
                 # Recovered: the ended pod is gone (its replacement exists), forget its UID.
                 rec = rec.model_copy(update={"last_pod_uid": None})
             else:
-                out.restarting = True
+                restarting = True
         vanished = not occupied and index in was_active
         if vanished:
             # Running at the last write, gone now, and its end never seen: it was removed
@@ -210,19 +202,19 @@ def account_replica(
             # done about it, so the replacement comes with the next pass (the status
             # write's own event), no backoff.
             disruptions += 1
-            out.accounted.append(index)
-            out.ends.append(f"{index}:vanished")
-            out.restarting = True
+            accounted.append(index)
+            ends.append(f"{index}:vanished")
+            restarting = True
         elif not occupied:
             due = _backoff_due(rec, backoff)
             if due is not None and due > now:
                 remaining = (due - now).total_seconds()
-                out.wait = remaining if out.wait is None else min(out.wait, remaining)
+                wait = remaining if wait is None else min(wait, remaining)
             else:
-                out.create.append(index)
+                create.append(index)
         retries[index] = rec
 
-    out.status = old.model_copy(
+    status = old.model_copy(
         update={
             "active": active,
             "succeeded": len(succeeded),
@@ -235,7 +227,16 @@ def account_replica(
             "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != _NO_RETRY},
         }
     )
-    return ReplicaAccount(**{f.name: getattr(out, f.name) for f in fields(_Draft)})
+    return ReplicaAccount(
+        status=status,
+        create=create,
+        delete=delete,
+        wait=wait,
+        restarting=restarting,
+        permanent_failure=permanent_failure,
+        accounted=accounted,
+        ends=ends,
+    )
 
 
 def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:
