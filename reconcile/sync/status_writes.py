@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import structlog
 
-from controller.types import EventSink, Expectations, ObjectWriter, Pacer, Spawner
+from controller.types import EventSink, Expectations, ObjectWriter, Spawner
 from reconcile.api.spec import JobView
 from reconcile.plan import Plan
 from reconcile.sync.memory import JobMemory
@@ -28,7 +28,6 @@ class StatusWrites:
         expectations: Expectations,
         events: EventSink,
         spawner: Spawner,
-        pacer: Pacer,
         memory: JobMemory,
         metrics: JobMetrics | None,
     ) -> None:
@@ -36,7 +35,6 @@ class StatusWrites:
         self.expectations = expectations
         self.events = events
         self.spawner = spawner
-        self.pacer = pacer
         self.memory = memory
         self.metrics = metrics
 
@@ -51,7 +49,7 @@ class StatusWrites:
         requeue_after = plan.requeue_after
         if plan.status is None:
             return requeue_after
-        wait = self.pacer.delay(key) if plan.progress_only else 0.0
+        wait = self.memory.pacer.delay(key) if plan.progress_only else 0.0
         if wait > 0:
             structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
             return wait if requeue_after is None else min(requeue_after, wait)
@@ -61,7 +59,7 @@ class StatusWrites:
             # budget. In a burst of new jobs, their first writes (Created) queue there
             # for seconds, and workers waiting on them would leave other jobs' passes
             # (a pod now running, a chief that succeeded) waiting too.
-            self.pacer.mark(key)
+            self.memory.pacer.mark(key)
             self.memory.record(key).status_in_flight = True  # until the write is back
             self.spawner.spawn(
                 key, lambda: self._write_and_announce(key, view, plan), bounded=False
@@ -69,7 +67,7 @@ class StatusWrites:
             outcome.status_handed_off = True
             return requeue_after
         await write_status(self.jobs, self.expectations, key, view, plan.status)
-        self.pacer.mark(key)
+        self.memory.pacer.mark(key)
         outcome.status_written = True
         return requeue_after
 

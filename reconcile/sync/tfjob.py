@@ -117,13 +117,11 @@ class TFJobReconciler:
             failures=CreateFailures(clock, grace_seconds=failed_create_grace),
             pacer=pacer,
         )
-        self.pacer = pacer
         self.statuses = StatusWrites(
             jobs=writers.jobs,
             expectations=expectations,
             events=events,
             spawner=spawner,
-            pacer=pacer,
             memory=self.memory,
             metrics=metrics,
         )
@@ -276,13 +274,13 @@ class TFJobReconciler:
         if plan.status is None or not plan.reports_progress or plan.skip_reason:
             rec.reported = inputs
             return waiting
-        wait = self.pacer.delay(key)
+        wait = self.memory.pacer.delay(key)
         if wait > 0:
             structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
             return Result(requeue_after=wait)
         await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
         rec.reported = inputs
-        self.pacer.mark(key)
+        self.memory.pacer.mark(key)
         self.statuses.announce(view, plan)
         structlog.contextvars.bind_contextvars(status_written=True)
         return waiting
