@@ -29,6 +29,7 @@ from reconcile.api.spec import read_job
 from reconcile.api.status_types import format_time
 from reconcile.api.validation import FieldError
 from reconcile.objects.cluster_spec import TF_CONFIG_ENV, tensorflow_container
+from reconcile.objects.observed import observe_all
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.policy import conditions as cond
 from reconcile.policy.gang import GangKind
@@ -131,7 +132,7 @@ def explain(
     for _ in range(MAX_PASSES):
         snap = Snapshot(
             read_job(copy.deepcopy(world.job)),
-            copy.deepcopy(world.pods),
+            observe_all(copy.deepcopy(world.pods)),
             copy.deepcopy(world.services),
             now,
             podgroup=copy.deepcopy(world.podgroup),

@@ -21,6 +21,7 @@ from reconcile.api.labels import (
 )
 from reconcile.api.names import TRACKING_FINALIZER
 from reconcile.api.status_types import format_time
+from reconcile.objects.observed import ObservedPod, observe
 from reconcile.objects.pods import JobRef, owner_reference
 from reconcile.objects.services import build_service
 
@@ -265,6 +266,10 @@ class PodBuilder:
 
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._pod)
+
+    def view(self) -> ObservedPod:
+        """The pod as a pass reads it (reconcile.objects.observed)."""
+        return observe(self.obj())
 
 
 def make_pod(job: dict[str, Any], rtype: str, index: int) -> PodBuilder:

@@ -29,6 +29,7 @@ from controller.client.api import ClientSettings, KubeApi
 from controller.client.kube import PODS, ResourceClient
 from controller.types import JSON
 from reconcile.api.names import TRACKING_FINALIZER
+from reconcile.objects.observed import observe_all, raws
 from reconcile.policy.tracking import PATCH_TYPE, release_patch, tracked
 from tfjob_controller.app import add_cluster_flags
 
@@ -56,7 +57,7 @@ def parse_args(argv: Sequence[str], prog: str = PROG) -> argparse.Namespace:
 
 async def release_all(pods: ResourceClient, namespace: str | None, dry_run: bool) -> int:
     listed = await pods.list(namespace)
-    todo = tracked(listed.items)
+    todo = raws(tracked(observe_all(listed.items)))
     failed = 0
     done = 0
     limiter = anyio.Semaphore(CONCURRENCY)

@@ -61,6 +61,10 @@ TRACKING_FINALIZER = f"training.{GROUP}/tfjob-tracking"
 #: index come back while the pod is still terminating, its end is the controller's own
 #: doing and no disruption (reconcile.policy.pod_outcome).
 RETIRED_ANNOTATION = f"training.{GROUP}/retired"
+#: Whole-gang restart (reconcile.policy.gang_restart): the job's opt-in annotation, and
+#: the label giving each pod the restart epoch it belongs to.
+GANG_RESTART_ANNOTATION = f"training.{GROUP}/gang-restart"
+GANG_EPOCH_LABEL = f"training.{GROUP}/gang-epoch"
 
 DEFAULT_CONTAINER_NAME = "tensorflow"
 DEFAULT_PORT_NAME = "tfjob-port"

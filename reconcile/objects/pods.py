@@ -10,14 +10,14 @@ sets — including ones newer than this code — reaches the API server untouche
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from controller.types import JSON, controller_ref
-from reconcile.api.labels import pod_labels, replica_index_of, replica_name, replica_type_of
+from reconcile.api.labels import pod_labels, replica_name
 from reconcile.api.names import (
     API_VERSION,
     DEFAULT_CONTAINER_NAME,
@@ -239,15 +239,3 @@ def has_condition(pod: Mapping[str, Any], cond_type: str) -> bool:
         if isinstance(cond, Mapping) and cond.get("type") == cond_type:
             return cond.get("status") == "True"
     return False
-
-
-def group_by_replica(objs: Iterable[JSON]) -> dict[str, dict[int, list[JSON]]]:
-    """{lower(rtype): {index: [objects]}} for objects carrying both replica labels."""
-    out: dict[str, dict[int, list[JSON]]] = {}
-    for obj in objs:
-        rtype = replica_type_of(obj)
-        index = replica_index_of(obj)
-        if rtype is None or index is None:
-            continue
-        out.setdefault(rtype, {}).setdefault(index, []).append(obj)
-    return out

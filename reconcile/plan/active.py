@@ -6,11 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from controller.types import JSON
 from reconcile.api.models import TFJob
 from reconcile.api.names import CHIEF_TYPES, ReplicaType
 from reconcile.api.status_types import JobStatus, ReplicaStatus
-from reconcile.objects.pods import group_by_replica
+from reconcile.objects.observed import ObservedPod, group_pods
 from reconcile.plan.model import Plan, PlanConfig, Snapshot, status_plan, with_children
 from reconcile.plan.podgroup import GangStep, gang_step, podgroup_delete
 from reconcile.policy import conditions as cond
@@ -46,7 +45,7 @@ class _Pass:
     config: PlanConfig
     whole_gang: bool
     #: pods of an earlier gang epoch, going (policy.gang_restart): never accounted
-    stale: list[JSON]
+    stale: list[ObservedPod]
 
 
 def active_plan(
@@ -82,7 +81,7 @@ def active_plan(
 def _begin(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> _Pass:
     old = snap.job.status
     whole = gang_restart.enabled(tfjob)
-    stale: list[JSON] = []
+    stale: list[ObservedPod] = []
     if whole:
         current, stale = gang_restart.split_by_epoch(snap.pods, old.gang_epoch)
         snap = replace(snap, pods=current)
@@ -220,7 +219,7 @@ def account(
     resumed_at: datetime | None,
 ) -> dict[str, ReplicaAccount]:
     """Fold every replica type's observed pods into its durable record (policy.restart)."""
-    pods_by_type = group_by_replica(snap.pods)
+    pods_by_type = group_pods(snap.pods)
     dynamic = bool(tfjob.spec.enable_dynamic_worker)
     return {
         rtype: account_replica(

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from reconcile.api.names import CleanPodPolicy
 from reconcile.api.status_types import stored_now
+from reconcile.objects.observed import raws
 from reconcile.plan.active import active_plan
 from reconcile.plan.model import (
     Plan,
@@ -35,7 +36,7 @@ def compute_plan(snap: Snapshot, config: PlanConfig, *, status_only: bool = Fals
         return Plan(skip_reason="managed-by-other")
     if view.deleting:
         # The garbage collector owns it; only let its pods go, so it can remove them.
-        return Plan(release_pods=tracked(snap.pods), skip_reason="deleting")
+        return Plan(release_pods=raws(tracked(snap.pods)), skip_reason="deleting")
     if view.status_error is not None:
         # Fail closed: the unreadable status may record a finished job, or restarts
         # counted against backoffLimit; acting on "no status" would re-run the job.

@@ -12,6 +12,7 @@ from controller.types import JSON
 from reconcile.api.labels import DEFAULT_OPERATOR_NAME
 from reconcile.api.spec import JobView
 from reconcile.api.status_types import JobStatus
+from reconcile.objects.observed import ObservedPod, raws
 from reconcile.policy import conditions as cond
 from reconcile.policy.cleanup import Cleanup
 from reconcile.policy.conditions import EventIntent
@@ -50,7 +51,8 @@ class PlanConfig:
 @dataclass(frozen=True)
 class Snapshot:
     job: JobView  # the TFJob read once (reconcile.api.spec), its cached object untouched
-    pods: list[JSON]  # pods whose controller ownerReference UID is the job's
+    #: pods whose controller ownerReference UID is the job's, each read once
+    pods: Sequence[ObservedPod]
     services: list[JSON]  # services likewise
     now: datetime  # tz-aware UTC
     #: creates the apiserver has refused for longer than the grace (reconcile.policy.failures)
@@ -71,6 +73,9 @@ class PodGroupWrite:
 
 @dataclass(frozen=True)
 class Plan:
+    """What a pass writes. Pods to delete or release are the objects as cached (what a
+    write addresses: name, UID precondition, resourceVersion)."""
+
     create_pods: list[JSON] = field(default_factory=list)
     delete_pods: list[JSON] = field(default_factory=list)
     create_services: list[JSON] = field(default_factory=list)
@@ -115,11 +120,13 @@ def invalid_plan(view: JobView, message: str, now: datetime) -> Plan:
     return status_plan(view.status, new, failed_event_type=cond.WARNING)
 
 
-def cleanup_plan(done: Cleanup, releases: list[JSON], *, skip_reason: str | None) -> Plan:
+def cleanup_plan(
+    done: Cleanup, releases: Sequence[ObservedPod], *, skip_reason: str | None
+) -> Plan:
     return Plan(
-        delete_pods=done.delete_pods,
+        delete_pods=raws(done.delete_pods),
         delete_services=done.delete_services,
-        release_pods=releases,
+        release_pods=raws(releases),
         requeue_after=done.requeue_after,
         delete_job=done.delete_job,
         skip_reason=skip_reason,
@@ -130,20 +137,20 @@ def with_children(
     plan: Plan,
     *,
     create_pods: Sequence[JSON] = (),
-    delete_pods: Sequence[JSON] = (),
+    delete_pods: Sequence[ObservedPod] = (),
     create_services: Sequence[JSON] = (),
     delete_services: Sequence[JSON] = (),
-    release_pods: Sequence[JSON] = (),
+    release_pods: Sequence[ObservedPod] = (),
     retired: frozenset[str] = frozenset(),
     requeue_after: float | None = None,
     podgroup: PodGroupWrite | None = None,
 ) -> Plan:
     return Plan(
         create_pods=list(create_pods),
-        delete_pods=list(delete_pods),
+        delete_pods=raws(delete_pods),
         create_services=list(create_services),
         delete_services=list(delete_services),
-        release_pods=list(release_pods),
+        release_pods=raws(release_pods),
         retired=retired,
         status=plan.status,
         progress_only=plan.progress_only,

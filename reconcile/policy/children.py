@@ -10,23 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from controller.types import JSON
-from reconcile.api.labels import is_master_role, replica_name, replica_type_of
+from reconcile.api.labels import is_master_role, replica_name
 from reconcile.api.models import TFJob
 from reconcile.api.names import CHIEF_TYPES
 from reconcile.objects.cluster_spec import ClusterMember, cluster_layout, tf_port
-from reconcile.objects.pods import (
-    LIVE_PHASES,
-    JobRef,
-    build_pod,
-    is_terminating,
-    name_of,
-    phase_of,
-    uid_of,
-)
+from reconcile.objects.observed import ObservedPod
+from reconcile.objects.pods import LIVE_PHASES, JobRef, build_pod, is_terminating, name_of
 from reconcile.objects.services import build_service
 from reconcile.policy import conditions as cond
 from reconcile.policy.conditions import EventIntent
-from reconcile.policy.gang import Gang, decorate_pod
+from reconcile.policy.gang import Gang, decorated_pod
 
 
 def job_ref(job: TFJob) -> JobRef:
@@ -69,7 +62,7 @@ def new_pods(
                 operator_name=operator_name,
             )
             if gang is not None:
-                decorate_pod(pod, gang, ref.name, rtype)
+                pod = decorated_pod(pod, gang, ref.name, rtype)
             pods.append(pod)
     return pods
 
@@ -85,26 +78,22 @@ def template_overrides(job: TFJob, creates: Mapping[str, Sequence[int]]) -> list
     return []
 
 
-def foreign_pods(job: TFJob, pods: Iterable[JSON]) -> list[JSON]:
+def foreign_pods(job: TFJob, pods: Iterable[ObservedPod]) -> list[ObservedPod]:
     """Owned pods of a replica type no longer in the spec (the spec was edited)."""
     known = {rt.lower() for rt in job.replica_specs}
-    return [
-        p
-        for p in pods
-        if (rt := replica_type_of(p)) is not None and rt not in known and not is_terminating(p)
-    ]
+    return [p for p in pods if p.rtype is not None and p.rtype not in known and not p.terminating]
 
 
-def old_coordinator_alive(job: TFJob, pods: Iterable[JSON]) -> bool:
+def old_coordinator_alive(job: TFJob, pods: Iterable[ObservedPod]) -> bool:
     """A pod of a coordinator type the spec no longer has (Master renamed to Chief, or
     back) is still pending, running or terminating: the new coordinator must wait for
     it to be gone, or two would run at once."""
     known = {rt.lower() for rt in job.replica_specs}
     coordinators = {rt.lower() for rt in CHIEF_TYPES}
     return any(
-        (rt := replica_type_of(p)) in coordinators
-        and rt not in known
-        and (phase_of(p) in LIVE_PHASES or is_terminating(p))
+        p.rtype in coordinators
+        and p.rtype not in known
+        and (p.phase in LIVE_PHASES or p.terminating)
         for p in pods
     )
 
@@ -135,12 +124,12 @@ def service_diff(
     return create, delete
 
 
-def unique(objs: Iterable[JSON]) -> list[JSON]:
-    """Each object once (by UID, else name), first occurrence kept."""
+def unique(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
+    """Each pod once (by UID, else name), first occurrence kept."""
     seen: set[str] = set()
-    out: list[JSON] = []
-    for obj in objs:
-        key = uid_of(obj) or name_of(obj)
+    out: list[ObservedPod] = []
+    for obj in pods:
+        key = obj.uid or obj.name
         if key not in seen:
             seen.add(key)
             out.append(obj)

@@ -26,13 +26,14 @@ from controller.types import JSON
 from reconcile.api.models import RunPolicy
 from reconcile.api.names import CleanPodPolicy
 from reconcile.api.status_types import JobStatus, elapsed_due
-from reconcile.objects.pods import LIVE_PHASES, is_terminating, name_of, phase_of
+from reconcile.objects.observed import ObservedPod
+from reconcile.objects.pods import LIVE_PHASES, is_terminating, name_of
 from reconcile.policy import conditions as cond
 
 
 @dataclass(frozen=True)
 class Cleanup:
-    delete_pods: list[JSON] = field(default_factory=list)
+    delete_pods: list[ObservedPod] = field(default_factory=list)
     delete_services: list[JSON] = field(default_factory=list)
     requeue_after: float | None = None  # the TTL's timer
     delete_job: bool = False  # the TTL has expired
@@ -50,8 +51,8 @@ def effective_policy(policy: str | None, failed: bool) -> str | None:
 
 
 def cleanup_deletions(
-    policy: str | None, pods: Sequence[JSON], services: Sequence[JSON]
-) -> tuple[list[JSON], list[JSON]]:
+    policy: str | None, pods: Sequence[ObservedPod], services: Sequence[JSON]
+) -> tuple[list[ObservedPod], list[JSON]]:
     """What cleanPodPolicy removes, pods and their services together.
 
     Unlike upstream, services are matched to what is *kept*, not to what is deleted in this
@@ -60,14 +61,14 @@ def cleanup_deletions(
     """
     if policy == CleanPodPolicy.ALL:
         return (
-            [p for p in pods if not is_terminating(p)],
+            [p for p in pods if not p.terminating],
             [s for s in services if not is_terminating(s)],
         )
     if policy != CleanPodPolicy.RUNNING:
         return [], []
-    live = [p for p in pods if not is_terminating(p)]
-    kept = {name_of(p) for p in live if phase_of(p) not in LIVE_PHASES}
-    del_pods = [p for p in live if phase_of(p) in LIVE_PHASES]
+    live = [p for p in pods if not p.terminating]
+    kept = {p.name for p in live if p.phase not in LIVE_PHASES}
+    del_pods = [p for p in live if p.phase in LIVE_PHASES]
     del_svcs = [s for s in services if not is_terminating(s) and name_of(s) not in kept]
     return del_pods, del_svcs
 
@@ -95,7 +96,7 @@ def finished_at(status: JobStatus) -> datetime | None:
 def finished_cleanup(
     policy: RunPolicy,
     status: JobStatus,
-    pods: Sequence[JSON],
+    pods: Sequence[ObservedPod],
     services: Sequence[JSON],
     now: datetime,
 ) -> Cleanup:
@@ -115,7 +116,7 @@ def finished_cleanup(
 
 def finishing_cleanup(
     policy: RunPolicy,
-    pods: Sequence[JSON],
+    pods: Sequence[ObservedPod],
     services: Sequence[JSON],
     finished: datetime,
     now: datetime,

@@ -97,20 +97,23 @@ def gang_from_flag(value: str | None) -> Gang | None:
 # --- pods -------------------------------------------------------------------------------
 
 
-def decorate_pod(pod: JSON, gang: Gang, group_name: str, rtype: str) -> None:
-    """What each scheduler reads to put the pod in its group; a template's own
-    schedulerName is kept (upstream), with the Warning of ``scheduler_overrides``."""
-    metadata = pod["metadata"]
-    spec = pod["spec"]
+def decorated_pod(pod: JSON, gang: Gang, group_name: str, rtype: str) -> JSON:
+    """``pod`` with what each scheduler reads to put it in its group: a new body, the
+    given one left as it was. A template's own schedulerName is kept (upstream), with
+    the Warning of ``scheduler_overrides``."""
+    metadata = dict(pod["metadata"])
+    spec = dict(pod["spec"])
     if not spec.get("schedulerName"):
         spec["schedulerName"] = gang.scheduler_name
     if gang.kind is GangKind.VOLCANO:
-        annotations = dict(metadata.get("annotations") or {})
-        annotations[VOLCANO_GROUP_ANNOTATION] = group_name
-        annotations[VOLCANO_TASK_ANNOTATION] = rtype.lower()
-        metadata["annotations"] = annotations
+        metadata["annotations"] = {
+            **(metadata.get("annotations") or {}),
+            VOLCANO_GROUP_ANNOTATION: group_name,
+            VOLCANO_TASK_ANNOTATION: rtype.lower(),
+        }
     else:
         metadata["labels"] = {**(metadata.get("labels") or {}), POD_GROUP_LABEL: group_name}
+    return {**pod, "metadata": metadata, "spec": spec}
 
 
 def scheduler_overrides(

@@ -25,13 +25,10 @@ from dataclasses import replace
 
 from controller.types import JSON
 from reconcile.api.models import TFJob
-from reconcile.api.names import STATUS_ORDER
+from reconcile.api.names import GANG_EPOCH_LABEL, GANG_RESTART_ANNOTATION, STATUS_ORDER
 from reconcile.api.status_types import JobStatus, ReplicaStatus
-from reconcile.objects.pods import is_terminating
+from reconcile.objects.observed import ObservedPod
 from reconcile.policy.restart import ReplicaAccount
-
-GANG_RESTART_ANNOTATION = "training.kubeflow.org/gang-restart"
-GANG_EPOCH_LABEL = "training.kubeflow.org/gang-epoch"
 
 
 def enabled(job: TFJob) -> bool:
@@ -41,24 +38,16 @@ def enabled(job: TFJob) -> bool:
     return str(annotations.get(GANG_RESTART_ANNOTATION, "")).strip().lower() == "true"
 
 
-def epoch_of(pod: Mapping[str, object]) -> int:
-    """A pod's epoch; one without the label (created before the job opted in) is of
-    epoch 0."""
-    metadata = pod.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    value = labels.get(GANG_EPOCH_LABEL) if isinstance(labels, Mapping) else None
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError):
-        return -1  # unreadable: never current, so it goes
-
-
-def split_by_epoch(pods: Iterable[JSON], epoch: int) -> tuple[list[JSON], list[JSON]]:
-    """(pods of the current epoch, pods of an earlier one)."""
-    current: list[JSON] = []
-    stale: list[JSON] = []
+def split_by_epoch(
+    pods: Iterable[ObservedPod], epoch: int
+) -> tuple[list[ObservedPod], list[ObservedPod]]:
+    """(pods of the current epoch, pods of an earlier one). A pod without the label
+    (created before the job opted in) is of epoch 0; one with an unreadable label is of
+    none, so it goes."""
+    current: list[ObservedPod] = []
+    stale: list[ObservedPod] = []
     for pod in pods:
-        (current if epoch_of(pod) == epoch else stale).append(pod)
+        (current if pod.epoch == epoch else stale).append(pod)
     return current, stale
 
 
@@ -109,8 +98,8 @@ def restart_gang(new: JobStatus, old: JobStatus) -> JobStatus:
     return new.model_copy(update={"gang_epoch": old.gang_epoch + 1, "replica_statuses": statuses})
 
 
-def stale_deletions(stale: Sequence[JSON]) -> list[JSON]:
-    return [p for p in stale if not is_terminating(p)]
+def stale_deletions(stale: Sequence[ObservedPod]) -> list[ObservedPod]:
+    return [p for p in stale if not p.terminating]
 
 
 def _in_order(outcomes: Mapping[str, object]) -> list[str]:

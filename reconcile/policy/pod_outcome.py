@@ -15,24 +15,12 @@ How an end is told apart (policy.restart accounts what this decides):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
 
 from reconcile.api.names import RestartPolicy
-from reconcile.objects.pods import (
-    PodPhase,
-    created_at,
-    deletion_requested_at,
-    exit_code,
-    finished_at,
-    has_condition,
-    is_retired,
-    is_scheduled,
-    is_terminating,
-    phase_of,
-)
+from reconcile.objects.observed import ObservedPod
+from reconcile.objects.pods import PodPhase
 
 
 class PodOutcome(Enum):
@@ -57,14 +45,6 @@ def is_permanent_exit_code(code: int) -> bool:
     return 1 <= code <= 127
 
 
-def is_disrupted(pod: Mapping[str, Any]) -> bool:
-    """Evicted by kubelet, or marked for disruption (preemption, taint eviction, node
-    shutdown, PodGC) with the DisruptionTarget condition."""
-    return (pod.get("status") or {}).get("reason") == "Evicted" or has_condition(
-        pod, "DisruptionTarget"
-    )
-
-
 #: After a graceful delete, the kubelet deletes the ended pod again with grace 0, and the
 #: apiserver moves deletionTimestamp to that moment: a pod killed by the deletion then
 #: looks as if it ended just before it was deleted. An end this close to a grace-0
@@ -72,43 +52,41 @@ def is_disrupted(pod: Mapping[str, Any]) -> bool:
 FINAL_DELETE_WINDOW = timedelta(seconds=10)
 
 
-def failed_before_deletion(pod: Mapping[str, Any]) -> bool:
+def failed_before_deletion(pod: ObservedPod) -> bool:
     """A Failed pod that also carries a deletionTimestamp either failed first and was then
     deleted (by us, replacing it) or was killed by the deletion. The container finish time
     against the DELETE time tells the two apart."""
-    requested = deletion_requested_at(pod)
-    finished = finished_at(pod)
+    requested, finished = pod.deletion_requested, pod.finished
     if requested is None or finished is None:
         return False
-    if pod.get("metadata", {}).get("deletionGracePeriodSeconds") == 0:
+    if pod.grace_zero:
         # A force delete, or the kubelet's final one (see FINAL_DELETE_WINDOW): a pod that
         # failed on its own long before is still told apart.
         return requested - finished > FINAL_DELETE_WINDOW
     return finished < requested
 
 
-def deleted_by_suspend(pod: Mapping[str, Any], resumed_at: datetime | None) -> bool:
+def deleted_by_suspend(pod: ObservedPod, resumed_at: datetime | None) -> bool:
     """A terminating pod created before the job last resumed: the suspend deleted it, and
     its end does not count. Strictly before: both times have one-second precision, and
     the controller creates pods in the very second it resumes a job, so a pod created
     in that second is one of the resumed job's (a suspend, resume and creation all in
     one second would count a suspended pod's end as a disruption: the safe side)."""
-    created = created_at(pod)
+    created = pod.created
     return resumed_at is not None and created is not None and created < resumed_at
 
 
-def deleted_by_us(pod: Mapping[str, Any], resumed_at: datetime | None) -> bool:
+def deleted_by_us(pod: ObservedPod, resumed_at: datetime | None) -> bool:
     """A terminating pod the controller itself deleted, for a suspend or because its
     index had left the spec (a scale-down undone before the pod was gone)."""
-    return is_retired(pod) or deleted_by_suspend(pod, resumed_at)
+    return pod.retired or deleted_by_suspend(pod, resumed_at)
 
 
 def pod_outcome(
-    pod: Mapping[str, Any], restart_policy: str, *, resumed_at: datetime | None = None
+    pod: ObservedPod, restart_policy: str, *, resumed_at: datetime | None = None
 ) -> PodOutcome:
     """What one pod means for its index under the replica's restart policy."""
-    phase = phase_of(pod)
-    terminating = is_terminating(pod)
+    phase, terminating = pod.phase, pod.terminating
     if phase == PodPhase.SUCCEEDED:
         return PodOutcome.SUCCEEDED
     if phase == PodPhase.FAILED:
@@ -119,17 +97,19 @@ def pod_outcome(
                 # ours, not a disruption.
                 return PodOutcome.LEFTOVER
             return PodOutcome.DISRUPTED
-        if is_disrupted(pod):
+        if pod.disruption_marked:
+            # Evicted by the kubelet, or marked for disruption (preemption, taint
+            # eviction, node shutdown, PodGC) with the DisruptionTarget condition.
             return PodOutcome.DISRUPTED
         if restart_policy == RestartPolicy.NEVER:
             return PodOutcome.FAIL_NEVER
-        if restart_policy == RestartPolicy.EXIT_CODE and is_permanent_exit_code(exit_code(pod)):
+        if restart_policy == RestartPolicy.EXIT_CODE and is_permanent_exit_code(pod.exit_code):
             return PodOutcome.FAIL_EXIT_CODE
         return PodOutcome.RETRY
     if terminating:
         if deleted_by_us(pod, resumed_at):
             return PodOutcome.LEFTOVER
-        if phase == PodPhase.PENDING and not is_scheduled(pod):
+        if phase == PodPhase.PENDING and not pod.scheduled:
             # Deleted before any node took it: it never ran and no kubelet will end it
             # (kept only by our tracking finalizer), so its deletion is its end.
             return PodOutcome.DISRUPTED

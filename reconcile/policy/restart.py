@@ -38,19 +38,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from controller.types import JSON
 from reconcile.api.status_types import IndexRetry, ReplicaStatus, format_indexes, parse_indexes
-from reconcile.objects.pods import (
-    PodPhase,
-    finished_at,
-    is_terminating,
-    phase_of,
-    restart_count,
-    started_at,
-    uid_of,
-)
+from reconcile.objects.observed import ObservedPod
+from reconcile.objects.pods import PodPhase
 from reconcile.policy.pod_outcome import PodOutcome, pod_outcome
 
 
@@ -85,7 +76,7 @@ class ReplicaInput:
 class ReplicaAccount:
     status: ReplicaStatus
     create: list[int] = field(default_factory=list)
-    delete: list[JSON] = field(default_factory=list)
+    delete: list[ObservedPod] = field(default_factory=list)
     #: Seconds until the earliest pending replacement is due, if any is waiting.
     wait: float | None = None
     #: Some index is between the end of a pod and its replacement running.
@@ -104,7 +95,7 @@ _NO_RETRY = IndexRetry()
 
 def account_replica(
     inp: ReplicaInput,
-    pods_by_index: Mapping[int, Sequence[JSON]],
+    pods_by_index: Mapping[int, Sequence[ObservedPod]],
     old: ReplicaStatus,
     now: datetime,
     backoff: BackoffPolicy,
@@ -120,7 +111,7 @@ def account_replica(
     }
     was_active = parse_indexes(old.active_indexes)
     create: list[int] = []
-    delete: list[JSON] = []
+    delete: list[ObservedPod] = []
     wait: float | None = None
     restarting = False
     permanent_failure: PodOutcome | None = None
@@ -132,7 +123,7 @@ def account_replica(
     for index, pods in sorted(pods_by_index.items()):
         if index >= inp.replicas:
             # Scale-down: highest indexes go; they are not accounted any more.
-            delete.extend(p for p in pods if not is_terminating(p))
+            delete.extend(p for p in pods if not p.terminating)
 
     for index in range(inp.replicas):
         if index in succeeded or index in failed:
@@ -142,16 +133,16 @@ def account_replica(
         replacement_running = False
         for pod in pods_by_index.get(index, ()):
             occupied = True
-            uid = uid_of(pod)
+            uid = pod.uid
             if uid and uid == rec.last_pod_uid:
                 # Ended and accounted on an earlier pass; make sure it is on its way out.
-                if not is_terminating(pod):
+                if not pod.terminating:
                     delete.append(pod)
                 continue
             restarts, rec = _fold_container_restarts(pod, uid, rec, restarts)
             outcome = pod_outcome(pod, inp.restart_policy, resumed_at=resumed_at)
             if outcome is PodOutcome.RUNNING:
-                replacement_running = not is_terminating(pod)
+                replacement_running = not pod.terminating
                 active += 1
                 active_indexes.add(index)
             elif outcome is PodOutcome.SUCCEEDED:
@@ -171,8 +162,8 @@ def account_replica(
                 ends.append(_end(index, outcome, uid))
             elif outcome is PodOutcome.RETRY:
                 restarts += 1
-                ended = finished_at(pod) or now
-                started = started_at(pod)
+                ended = pod.finished or now
+                started = pod.started
                 ran = (ended - started).total_seconds() if started is not None else 0.0
                 failures = 1 if ran >= backoff.reset_after_seconds else rec.failures + 1
                 rec = rec.model_copy(
@@ -180,7 +171,7 @@ def account_replica(
                 )
                 accounted.append(index)
                 ends.append(_end(index, outcome, uid))
-            elif outcome is PodOutcome.TERMINATING and phase_of(pod) == PodPhase.RUNNING:
+            elif outcome is PodOutcome.TERMINATING and pod.phase == PodPhase.RUNNING:
                 # Still running: should it vanish without an end we saw, that is a
                 # disruption (activeIndexes), counted then.
                 active_indexes.add(index)
@@ -244,9 +235,9 @@ def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:
 
 
 def _fold_container_restarts(
-    pod: Mapping[str, Any], uid: str, rec: IndexRetry, restarts: int
+    pod: ObservedPod, uid: str, rec: IndexRetry, restarts: int
 ) -> tuple[int, IndexRetry]:
-    count = restart_count(pod)
+    count = pod.restarts
     if count <= 0:
         return restarts, rec
     seen = rec.container_restarts if rec.pod_uid == uid else 0

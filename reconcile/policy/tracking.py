@@ -32,11 +32,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from controller.types import JSON
-from reconcile.api.labels import replica_index_of, replica_type_of
 from reconcile.api.models import TFJob
 from reconcile.api.names import RETIRED_ANNOTATION
 from reconcile.api.status_types import JobStatus, ReplicaStatus, parse_indexes
-from reconcile.objects.pods import is_terminating, is_tracked, tfjob_owner, uid_of
+from reconcile.objects.observed import ObservedPod
 from reconcile.policy.pod_outcome import deleted_by_suspend
 
 #: A strategic-merge patch removes one value from a list of strings; ``uid`` makes it a
@@ -54,67 +53,68 @@ def release_patch(finalizer: str, uid: str, *, retired: bool = False) -> JSON:
     return {"metadata": meta}
 
 
-def retired(releases: Iterable[JSON], job: TFJob) -> frozenset[str]:
+def retired(releases: Iterable[ObservedPod], job: TFJob) -> frozenset[str]:
     """The UIDs of ``releases`` that go because their index is outside the spec."""
     counts = {rt.lower(): spec.count for rt, spec in job.replica_specs.items()}
-    return frozenset(uid_of(p) for p in releases if _outside(p, counts))
+    return frozenset(p.uid for p in releases if _outside(p, counts))
 
 
-def _outside(pod: JSON, counts: Mapping[str, int]) -> bool:
-    rtype, index = replica_type_of(pod), replica_index_of(pod)
-    return rtype is None or index is None or index >= counts.get(rtype, 0)
+def _outside(pod: ObservedPod, counts: Mapping[str, int]) -> bool:
+    return pod.rtype is None or pod.index is None or pod.index >= counts.get(pod.rtype, 0)
 
 
-def tracked(pods: Iterable[JSON]) -> list[JSON]:
+def tracked(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
     """Every pod that still carries the finalizer (a job being deleted, or gone)."""
-    return [p for p in pods if is_tracked(p)]
+    return [p for p in pods if p.tracked]
 
 
-def strays(pods: Iterable[JSON], uid: str | None) -> list[JSON]:
+def strays(pods: Iterable[ObservedPod], uid: str | None) -> list[ObservedPod]:
     """Tracked pods a TFJob of this name controlled that is not the job with ``uid``
     (None: there is no such job now): left by a job deleted while the controller was
     down, or before the job was recreated under the same name."""
-    return [p for p in pods if is_tracked(p) and (ref := tfjob_owner(p)) and ref.get("uid") != uid]
+    return [p for p in pods if p.tracked and p.owner_uid is not None and p.owner_uid != uid]
 
 
-def settled_releases(pods: Iterable[JSON], doomed: Sequence[JSON] = ()) -> list[JSON]:
+def settled_releases(
+    pods: Iterable[ObservedPod], doomed: Sequence[ObservedPod] = ()
+) -> list[ObservedPod]:
     """Tracked pods on their way out, when no pod's end matters any more (a finished or
     suspended job)."""
-    gone = {uid_of(p) for p in doomed}
-    return [p for p in pods if is_tracked(p) and (is_terminating(p) or uid_of(p) in gone)]
+    gone = {p.uid for p in doomed}
+    return [p for p in pods if p.tracked and (p.terminating or p.uid in gone)]
 
 
 def active_releases(
-    pods: Iterable[JSON],
-    doomed: Sequence[JSON],
+    pods: Iterable[ObservedPod],
+    doomed: Sequence[ObservedPod],
     stored: JobStatus,
     job: TFJob,
     *,
     resumed_at: datetime | None,
-) -> list[JSON]:
+) -> list[ObservedPod]:
     """Tracked pods on their way out whose end the stored status records, or whose end
     does not count for a running job."""
     counts = {rt.lower(): spec.count for rt, spec in job.replica_specs.items()}
     records = {rt.lower(): rs for rt, rs in stored.replica_statuses.items()}
     out = []
     for pod in settled_releases(pods, doomed):
-        rtype, index = replica_type_of(pod), replica_index_of(pod)
-        if rtype is None or index is None or index >= counts.get(rtype, 0):
-            out.append(pod)  # outside the spec (``_outside``): scale-down, a removed type
-        elif deleted_by_suspend(pod, resumed_at) or _recorded(pod, index, records.get(rtype)):
+        if _outside(pod, counts):
+            out.append(pod)  # scale-down, a removed type
+        elif deleted_by_suspend(pod, resumed_at) or _recorded(pod, records.get(pod.rtype or "")):
             out.append(pod)
     return out
 
 
-def _recorded(pod: JSON, index: int, record: ReplicaStatus | None) -> bool:
-    if record is None:
+def _recorded(pod: ObservedPod, record: ReplicaStatus | None) -> bool:
+    index = pod.index
+    if record is None or index is None:
         return False
     if index in parse_indexes(record.succeeded_indexes) or index in parse_indexes(
         record.failed_indexes
     ):
         return True
     retry = record.index_retries.get(str(index))
-    return retry is not None and retry.last_pod_uid == uid_of(pod)
+    return retry is not None and retry.last_pod_uid == pod.uid
 
 
 __all__ = [

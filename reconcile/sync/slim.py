@@ -11,14 +11,14 @@ controller reads:
   ``metadata.ownerReferences`` (controller ref: ``apiVersion/kind/name/uid/controller``),
   ``metadata.uid`` and ``metadata.deletionTimestamp`` (event handlers, expectations);
 - ``reconcile/api/labels.py``: ``metadata.labels`` (replica type and index);
-- ``reconcile/objects/pods.py``, ``restart.py``, ``plan.py``: ``metadata.creationTimestamp``,
-  ``deletionTimestamp``, ``deletionGracePeriodSeconds``, ``uid``; ``status.phase``,
-  ``status.reason`` (Evicted), ``status.conditions[].type/status`` (DisruptionTarget),
-  ``status.startTime``, and of ``status.containerStatuses`` and
-  ``initContainerStatuses``: ``name``, ``restartCount``,
-  ``state.terminated.exitCode/finishedAt``;
+- ``reconcile/objects/observed.py`` (the pod view each pass reads):
+  ``metadata.creationTimestamp``, ``deletionTimestamp``, ``deletionGracePeriodSeconds``,
+  ``uid``; ``status.phase``, ``status.reason`` (Evicted),
+  ``status.conditions[].type/status`` (DisruptionTarget), ``status.startTime``, and of
+  ``status.containerStatuses`` and ``initContainerStatuses``: ``name``,
+  ``restartCount``, ``state.terminated.exitCode/finishedAt``;
 - services: only metadata (``_service_plan`` and ``cleanup_deletions`` read the name,
-  the UID and ``deletionTimestamp``; labels are kept for ``group_by_replica``).
+  the UID and ``deletionTimestamp``; labels are kept, the replica type and index).
 
 A few cheap fields nobody reads today are kept for logs and debugging (condition
 reason and lastTransitionTime, ``lastState``, container state reasons and start times,

@@ -29,6 +29,7 @@ the end, then delete" (see reconcile.policy.restart).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import anyio.to_thread
@@ -48,6 +49,7 @@ from controller.types import (
     split_key,
 )
 from reconcile.api.spec import JobView, SpecCache
+from reconcile.objects.observed import observe_all, raws
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.policy import conditions as cond
 from reconcile.policy.failures import CreateFailures
@@ -163,7 +165,7 @@ class TFJobReconciler:
         # 3. Pods an earlier job of this name left tracked go first: their names are the
         #    ones this job's pods will take.
         uid = raw["metadata"]["uid"]
-        stray = strays(self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key), uid)
+        stray = self._strays(key, uid)
         if stray:
             return await self._release_strays(key, stray)
         # 4. Owned children, from the cache indexes.
@@ -231,18 +233,18 @@ class TFJobReconciler:
         view = self.memory.specs.read(key, raw)
         snap = Snapshot(
             view,
-            pods,
+            (),  # read into views by _plan_of, in the thread when the job is large
             services,
             self.clock.now(),
             failure=self.memory.failures.persistent(key, raw["metadata"]["uid"]),
             podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
             priorities=self._priorities(view),
         )
+        plan = partial(_plan_of, snap, pods, self.config, status_only)
         if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
             # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
-            plan = partial(compute_plan, snap, self.config, status_only=status_only)
             return view, await anyio.to_thread.run_sync(plan)
-        return view, compute_plan(snap, self.config, status_only=status_only)
+        return view, plan()
 
     async def _while_creating(self, key: str, raw: JSON) -> Result:
         """A job whose own creates (or deletes) are not all seen yet may not plan: it
@@ -307,13 +309,18 @@ class TFJobReconciler:
         dropped = self.spawner.drop(key)  # its creates would only be garbage-collected
         if dropped:
             structlog.contextvars.bind_contextvars(creates_dropped=dropped)
-        stray = strays(self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key), None)
+        stray = self._strays(key, None)
         if stray:
             return await self._release_strays(key, stray, outcome="gone")
         for k in expectation_keys(key):
             self.expectations.delete(k)
         self.memory.forget(key)
         return _done("gone")
+
+    def _strays(self, key: str, uid: str | None) -> list[JSON]:
+        """Tracked pods of this name whose TFJob is not the one with ``uid``."""
+        named = self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key)
+        return raws(strays(observe_all(named), uid))
 
     async def _release_strays(
         self, key: str, stray: list[JSON], *, outcome: str = "releasing-strays"
@@ -337,6 +344,11 @@ def _planned(raw: JSON) -> tuple[object, ...]:
 
 def _versions(pods: list[JSON]) -> list[str]:
     return [p["metadata"].get("resourceVersion", "") for p in pods]
+
+
+def _plan_of(snap: Snapshot, pods: list[JSON], config: PlanConfig, status_only: bool) -> Plan:
+    """The plan of ``snap`` with ``pods`` in it, each read once (reconcile.objects.observed)."""
+    return compute_plan(replace(snap, pods=observe_all(pods)), config, status_only=status_only)
 
 
 def _replicas(view: JobView) -> int:

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, seed, settings
 
 from reconcile.api.spec import read_job
 from reconcile.objects import cluster_spec
+from reconcile.objects.observed import observe_all
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.policy import children
 from tests.builders import at, make_tfjob
@@ -119,7 +120,7 @@ def test_hostile_specs_never_raise_and_invalid_ones_name_their_field(job: dict[s
     assert all(len(n) <= 63 for n in names)
     # Again, with those pods running and the status stored: still nothing raises.
     job = {**job, "status": plan.status}
-    again = compute_plan(Snapshot(read_job(job), _running(plan.create_pods), [], at(101)), CFG)
+    again = compute_plan(Snapshot(read_job(job), observe_all(_running(plan.create_pods)), [], at(101)), CFG)
     assert again.create_pods == []
 
 

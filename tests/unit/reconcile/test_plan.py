@@ -14,6 +14,7 @@ import yaml
 from reconcile.api.names import RETIRED_ANNOTATION, TRACKING_FINALIZER
 from reconcile.api.spec import read_job
 from reconcile.api.status_types import format_time
+from reconcile.objects.observed import observe_all, raws
 from reconcile.plan import EventIntent, Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.policy.gang_restart import GANG_RESTART_ANNOTATION
 from tests import conformance
@@ -31,7 +32,7 @@ def cond(status: dict[str, Any] | None, cond_type: str) -> dict[str, Any]:
 
 
 def plan_for(job: dict[str, Any], pods=(), services=(), now: float = 100, config=CFG) -> Plan:
-    return compute_plan(Snapshot(read_job(job), list(pods), list(services), at(now)), config)
+    return compute_plan(Snapshot(read_job(job), observe_all(pods), list(services), at(now)), config)
 
 
 @dataclass
@@ -51,16 +52,16 @@ class World:
     def reconcile(self, config: PlanConfig = CFG) -> Plan:
         snap = Snapshot(
             read_job(copy.deepcopy(self.job)),
-            [copy.deepcopy(p) for p in self.pods.values()],
+            observe_all(copy.deepcopy(p) for p in self.pods.values()),
             [copy.deepcopy(s) for s in self.services.values()],
             at(self.now),
         )
-        pods, services = copy.deepcopy(snap.pods), copy.deepcopy(snap.services)
+        pods, services = copy.deepcopy(raws(snap.pods)), copy.deepcopy(snap.services)
         job = snap.job.raw
         job_before = copy.deepcopy(job)
         plan = compute_plan(snap, config)
         # the planner is pure: every pass of every table test checks it changed nothing
-        assert (snap.pods, snap.services, job) == (pods, services, job_before)
+        assert (raws(snap.pods), snap.services, job) == (pods, services, job_before)
         for pod in plan.delete_pods:
             # Kubelet is not simulated: deleting makes the pod terminating; tests call
             # gone() to let it disappear.
@@ -194,7 +195,7 @@ def test_status_only_gives_the_same_status_and_events_without_children() -> None
     job = make_tfjob("t").worker(4).obj()
     pods = [make_pod(job, "Worker", i).running().obj() for i in range(2)]  # 2 of 4 made
     svcs = [make_service(job, "Worker", 0)]
-    snap = Snapshot(read_job(job), pods, svcs, at(100))
+    snap = Snapshot(read_job(job), observe_all(pods), svcs, at(100))
     full = compute_plan(snap, CFG)
     alone = compute_plan(snap, CFG, status_only=True)
     assert len(full.create_pods) == 2 and len(full.create_services) == 3
@@ -783,9 +784,8 @@ def test_lost_status_write_never_loses_a_failure(finished_in_delete_second: bool
     w.set_phase("t-worker-0", "Failed", 137)
     if finished_in_delete_second:
         w.now = 50.4
-    snap = Snapshot(
-        read_job(copy.deepcopy(w.job)), [copy.deepcopy(p) for p in w.pods.values()], [], at(w.now)
-    )
+    pods = observe_all(copy.deepcopy(p) for p in w.pods.values())
+    snap = Snapshot(read_job(copy.deepcopy(w.job)), pods, [], at(w.now))
     lost = compute_plan(snap, CFG)  # its status write fails: nothing of it is applied ...
     assert lost.delete_pods == [] and lost.create_pods == []  # ... and it deleted nothing
     p = w.reconcile()  # the retried pass still sees the failed pod and counts it

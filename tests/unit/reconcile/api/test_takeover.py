@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from reconcile.api.spec import read_job
+from reconcile.objects.observed import observe_all
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from tests.builders import TFJobBuilder, at, container, make_pod, make_tfjob
 
@@ -34,7 +35,7 @@ LEGACY = [
 
 
 def _plan(job: dict[str, Any], pods: list[dict[str, Any]]) -> Plan:
-    return compute_plan(Snapshot(read_job(job), pods, [], at(100)), CFG)
+    return compute_plan(Snapshot(read_job(job), observe_all(pods), [], at(100)), CFG)
 
 
 @pytest.mark.parametrize(("builder", "rule"), LEGACY)

@@ -14,7 +14,6 @@ from reconcile.objects.pods import (
     deletion_requested_at,
     exit_code,
     finished_at,
-    group_by_replica,
     pod_restart_policy,
     restart_count,
 )
@@ -175,10 +174,3 @@ def test_times() -> None:
     )
     assert finished_at(pod) == at(40)
     assert deletion_requested_at(pod) == at(50)
-
-
-def test_group_by_replica_skips_unlabelled() -> None:
-    a = make_pod(JOB, "Worker", 0).obj()
-    b = make_pod(JOB, "Worker", 1).obj()
-    stray = {"metadata": {"name": "x", "labels": {}}}
-    assert group_by_replica([a, b, stray]) == {"worker": {0: [a], 1: [b]}}

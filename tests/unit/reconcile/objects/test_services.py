@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from reconcile.api.spec import read_job
+from reconcile.objects.observed import observe_all
 from reconcile.objects.pods import JobRef
 from reconcile.objects.services import build_service, service_ports
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
@@ -75,7 +76,7 @@ def test_service_ports(containers: list[dict[str, Any]], want: list[dict[str, An
 
 
 def _plan(job: dict[str, Any], pods: list[Any], svcs: list[Any]) -> Any:
-    return compute_plan(Snapshot(read_job(job), pods, svcs, at(100)), PlanConfig())
+    return compute_plan(Snapshot(read_job(job), observe_all(pods), svcs, at(100)), PlanConfig())
 
 
 def test_one_service_per_replica_and_never_duplicated() -> None:

@@ -11,6 +11,7 @@ import pytest
 from reconcile.api.labels import JOB_ROLE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from reconcile.api.models import TFJob
 from reconcile.api.spec import read_job
+from reconcile.objects.observed import observe, observe_all
 from reconcile.policy.children import (
     foreign_pods,
     new_pods,
@@ -111,18 +112,18 @@ def test_foreign_pods_are_the_live_pods_of_removed_types() -> None:
     unlabelled = make_pod(RAW, "Worker", 0).obj()
     del unlabelled["metadata"]["labels"][REPLICA_TYPE_LABEL]
     pods = [
-        make_pod(RAW, "Chief", 0).obj(),
-        make_pod(RAW, "Worker", 0).running().obj(),
-        make_pod(RAW, "PS", 0).running().obj(),
-        make_pod(RAW, "Evaluator", 0).running().terminating().obj(),  # already going
-        unlabelled,
+        make_pod(RAW, "Chief", 0).view(),
+        make_pod(RAW, "Worker", 0).running().view(),
+        make_pod(RAW, "PS", 0).running().view(),
+        make_pod(RAW, "Evaluator", 0).running().terminating().view(),  # already going
+        observe(unlabelled),
     ]
-    assert names(foreign_pods(job, pods)) == ["t-ps-0"]
+    assert [p.name for p in foreign_pods(job, pods)] == ["t-ps-0"]
 
 
 def test_foreign_pods_match_replica_types_case_insensitively() -> None:
     job = tfjob(make_tfjob("t").replica("worker", 1))  # defaulting re-cases it to Worker
-    assert foreign_pods(job, [make_pod(RAW, "Worker", 0).obj()]) == []
+    assert foreign_pods(job, [make_pod(RAW, "Worker", 0).view()]) == []
 
 
 # --- service_diff ------------------------------------------------------------------------
@@ -197,9 +198,10 @@ def obj(name: str, uid: str | None = None) -> dict[str, Any]:
     ],
 )  # fmt: skip
 def test_unique(objs: list[dict[str, Any]], want: list[tuple[str, str | None]]) -> None:
-    got = unique(objs)
-    assert [(o["metadata"]["name"], o["metadata"].get("uid")) for o in got] == want
-    assert all(any(g is o for o in objs) for g in got)  # the objects themselves, not copies
+    pods = observe_all(objs)
+    got = unique(pods)
+    assert [(o.name, o.uid or None) for o in got] == want
+    assert all(any(g is o for o in pods) for g in got)  # the pods themselves, not copies
 
 
 def _with_template_restart_policy(policy: str) -> TFJobBuilder:

@@ -8,6 +8,7 @@ import pytest
 
 from reconcile.api.models import RunPolicy
 from reconcile.api.status_types import JobStatus
+from reconcile.objects.observed import ObservedPod, observe
 from reconcile.policy import conditions as cond
 from reconcile.policy.cleanup import (
     Cleanup,
@@ -22,11 +23,11 @@ from tests.builders import at, make_pod, make_service, make_tfjob
 
 JOB = make_tfjob("t").chief().ps(1).worker(4).obj()
 PODS = [
-    make_pod(JOB, "Chief", 0).succeeded().obj(),
-    make_pod(JOB, "PS", 0).running().obj(),
-    make_pod(JOB, "Worker", 0).failed(1).obj(),
-    make_pod(JOB, "Worker", 1).pending().obj(),
-    make_pod(JOB, "Worker", 2).running().terminating().obj(),  # already on its way out
+    make_pod(JOB, "Chief", 0).succeeded().view(),
+    make_pod(JOB, "PS", 0).running().view(),
+    make_pod(JOB, "Worker", 0).failed(1).view(),
+    make_pod(JOB, "Worker", 1).pending().view(),
+    make_pod(JOB, "Worker", 2).running().terminating().view(),  # already on its way out
     # worker 3's pod is gone
 ]
 SERVICES = [make_service(JOB, rt, i) for rt, i in [("Chief", 0), ("PS", 0)]] + [
@@ -35,7 +36,7 @@ SERVICES = [make_service(JOB, rt, i) for rt, i in [("Chief", 0), ("PS", 0)]] + [
 
 
 def names(objs: list[Any]) -> list[str]:
-    return sorted(o["metadata"]["name"] for o in objs)
+    return sorted(o.name if isinstance(o, ObservedPod) else o["metadata"]["name"] for o in objs)
 
 
 @pytest.mark.parametrize(
@@ -64,8 +65,9 @@ def test_cleanup_deletions(policy: str | None, pods: list[str], services: list[s
 
 
 def test_running_policy_treats_a_pod_without_phase_as_pending() -> None:
-    pod = make_pod(JOB, "Worker", 0).obj()
-    del pod["status"]
+    raw = make_pod(JOB, "Worker", 0).obj()
+    del raw["status"]
+    pod = observe(raw)
     assert cleanup_deletions("Running", [pod], []) == ([pod], [])
 
 

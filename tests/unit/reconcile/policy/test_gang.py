@@ -10,6 +10,7 @@ import pytest
 
 from reconcile.api.quantity import format_quantity, parse_quantity, same_resources
 from reconcile.api.spec import read_job
+from reconcile.objects.observed import observe_all
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.policy.gang import (
     GANG_ADMITTED,
@@ -169,7 +170,7 @@ def test_spec_patch_compares_by_value_and_keeps_volcanos_queue() -> None:
 
 
 def snapshot(job: dict[str, Any], podgroup: dict[str, Any] | None, pods: Any = ()) -> Snapshot:
-    return Snapshot(read_job(job), list(pods), [], at(100), podgroup=podgroup)
+    return Snapshot(read_job(job), observe_all(pods), [], at(100), podgroup=podgroup)
 
 
 def stored(job: dict[str, Any], gang: Gang, phase: str | None = None) -> dict[str, Any]:

@@ -51,32 +51,32 @@ def pod(index: int = 0) -> Any:
     ],
 )  # fmt: skip
 def test_pod_outcome(p: Any, policy: str, want: PodOutcome) -> None:
-    assert pod_outcome(p.obj(), policy) is want
+    assert pod_outcome(p.view(), policy) is want
 
 
 def test_terminating_pod_from_before_resume_is_leftover() -> None:
-    p = pod().running().created(5).terminating().obj()
+    p = pod().running().created(5).terminating().view()
     assert pod_outcome(p, "Never", resumed_at=at(10)) is Out.LEFTOVER
     assert pod_outcome(p, "Never", resumed_at=at(4)) is Out.TERMINATING
     # created in the second the job resumed: one of the resumed job's pods, whose end
     # counts (the controller creates pods in that very second)
-    same = pod().running().created(10).terminating().obj()
+    same = pod().running().created(10).terminating().view()
     assert pod_outcome(same, "Never", resumed_at=at(10)) is Out.TERMINATING
 
 
 def test_pod_killed_by_the_suspend_and_seen_after_the_resume_is_leftover() -> None:
     # The chaos run of seed 11: the suspend deleted the pod, kwok killed it (exit 137),
     # and a replica whose pod watch was cut saw that end only after the resume.
-    killed = pod().failed(137, finished=52).created(5).terminating(requested=51).obj()
+    killed = pod().failed(137, finished=52).created(5).terminating(requested=51).view()
     assert pod_outcome(killed, "OnFailure", resumed_at=at(53)) is Out.LEFTOVER
     assert pod_outcome(killed, "Never", resumed_at=at(53)) is Out.LEFTOVER
     # no resume on record: a delete from outside that killed it, a disruption
     assert pod_outcome(killed, "OnFailure") is Out.DISRUPTED
     # created after the resume: the resumed job's own pod, deleted from outside
-    late = pod().failed(137, finished=60).created(54).terminating(requested=59).obj()
+    late = pod().failed(137, finished=60).created(54).terminating(requested=59).view()
     assert pod_outcome(late, "OnFailure", resumed_at=at(53)) is Out.DISRUPTED
     # it failed on its own before the suspend deleted it: a failure like any other
-    failed = pod().failed(1, finished=40).created(5).terminating(requested=51).obj()
+    failed = pod().failed(1, finished=40).created(5).terminating(requested=51).view()
     assert pod_outcome(failed, "OnFailure", resumed_at=at(53)) is Out.RETRY
     assert pod_outcome(failed, "Never", resumed_at=at(53)) is Out.FAIL_NEVER
 

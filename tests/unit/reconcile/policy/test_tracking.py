@@ -12,6 +12,7 @@ from controller.clock import FakeClock
 from controller.queue.workqueue import WorkQueue
 from controller.runtime.expectations import ControllerExpectations
 from reconcile.api.spec import read_job
+from reconcile.objects.observed import observe_all
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
 from reconcile.policy.pod_outcome import PodOutcome, pod_outcome
 from reconcile.policy.tracking import strays
@@ -30,7 +31,7 @@ def names(pods: list[dict[str, Any]]) -> list[str]:
 
 
 def released(job: dict[str, Any], pods: list[dict[str, Any]], now: float = 100) -> list[str]:
-    plan = compute_plan(Snapshot(read_job(job), pods, [], at(now)), PlanConfig())
+    plan = compute_plan(Snapshot(read_job(job), observe_all(pods), [], at(now)), PlanConfig())
     return names(plan.release_pods)
 
 
@@ -108,22 +109,19 @@ def test_suspend_lets_go_of_what_it_deletes() -> None:
 
 
 def test_a_pod_deleted_before_any_node_took_it_is_a_disruption() -> None:
-    never_ran = make_pod(JOB, "Worker", 0).pending().unscheduled().terminating().tracked().obj()
+    never_ran = make_pod(JOB, "Worker", 0).pending().unscheduled().terminating().tracked().view()
     assert pod_outcome(never_ran, "Never") is PodOutcome.DISRUPTED
-    on_a_node = make_pod(JOB, "Worker", 0).pending().terminating().tracked().obj()
+    on_a_node = make_pod(JOB, "Worker", 0).pending().terminating().tracked().view()
     assert pod_outcome(on_a_node, "Never") is PodOutcome.TERMINATING
 
 
 def test_strays_are_tracked_pods_of_another_job_of_that_name() -> None:
     old = make_tfjob("t", uid="old").worker(1).obj()
-    stray = make_pod(old, "Worker", 0).succeeded().tracked().obj()
-    mine = make_pod(JOB, "Worker", 0).running().tracked().obj()
-    untracked = make_pod(old, "Worker", 1).running().obj()
+    stray = make_pod(old, "Worker", 0).succeeded().tracked().view()
+    mine = make_pod(JOB, "Worker", 0).running().tracked().view()
+    untracked = make_pod(old, "Worker", 1).running().view()
     pods = [stray, mine, untracked]
-    assert names(strays(pods, JOB["metadata"]["uid"])) == ["t-worker-0"]
-    assert [p["metadata"]["uid"] for p in strays(pods, JOB["metadata"]["uid"])] == [
-        stray["metadata"]["uid"]
-    ]
+    assert [p.uid for p in strays(pods, JOB["metadata"]["uid"])] == [stray.uid]
     assert len(strays(pods, None)) == 2
 
 

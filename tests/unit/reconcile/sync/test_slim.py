@@ -17,8 +17,8 @@ from reconcile.api.names import RETIRED_ANNOTATION
 from reconcile.api.spec import read_job
 from reconcile.api.status_types import format_time
 from reconcile.objects import pods as P
+from reconcile.objects.observed import observe, observe_all
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
-from reconcile.policy.pod_outcome import is_disrupted
 from reconcile.sync.handlers import owner_job_key
 from reconcile.sync.slim import slim_pod, slim_service
 from tests.builders import at, make_pod, make_service, make_tfjob, ts
@@ -119,8 +119,8 @@ def both(job: JSON, pods: list[JSON], services: list[JSON] = (), now: float = 10
     full_svcs = [full_service(s) for s in services]
     slim_pods = [slim_pod(p) for p in full_pods]
     slim_svcs = [slim_service(s) for s in full_svcs]
-    full = compute_plan(Snapshot(read_job(job), full_pods, full_svcs, at(now)), CFG)
-    slim = compute_plan(Snapshot(read_job(job), slim_pods, slim_svcs, at(now)), CFG)
+    full = compute_plan(Snapshot(read_job(job), observe_all(full_pods), full_svcs, at(now)), CFG)
+    slim = compute_plan(Snapshot(read_job(job), observe_all(slim_pods), slim_svcs, at(now)), CFG)
     assert comparable(slim) == comparable(full)
     return full
 
@@ -355,7 +355,7 @@ def facts(pod: JSON) -> dict[str, Any]:
         "finished": P.finished_at(pod),
         "deletion_requested": P.deletion_requested_at(pod),
         "disruption_target": P.has_condition(pod, "DisruptionTarget"),
-        "disrupted": is_disrupted(pod),
+        "observed": observe(pod),  # every field of the view a pass reads
         "retired": P.is_retired(pod),
         "rtype": replica_type_of(pod),
         "index": replica_index_of(pod),
