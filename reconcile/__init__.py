@@ -6,12 +6,13 @@ hack/check_layers.py enforces it):
 - ``api/``: what a TFJob is: its vocabulary (names), models and status types,
   defaulting, validation, the admission schema, labels, quantities, and the job as the
   planner reads it (spec).
-- ``objects/``: the objects built from a job: pods (and the facts read off observed
-  ones), headless services, TF_CONFIG.
-- ``policy/``: one module per behaviour of the API: restart policies and replica
-  accounting (restart), successPolicy and failure (verdict), cleanPodPolicy and
-  ttlSecondsAfterFinished (cleanup), gang scheduling and whole-gang restart, outcome
-  tracking, create failures, the child diffs, conditions and the new status.
+- ``objects/``: the objects built from a job: pods, headless services, TF_CONFIG; and
+  each observed pod read once into a typed view (observed).
+- ``policy/``: one module per API field or behaviour: restart policies and replica
+  accounting (restart), success_policy, backoff_limit, active_deadline and the order
+  they end a job in (verdict), clean_pod_policy and ttl_after_finished (applied
+  together by cleanup), gang scheduling and whole-gang restart, outcome tracking,
+  create failures, the child diffs, conditions and the new status.
 - ``plan/``: compute_plan, a pure function from a snapshot of the caches to a Plan:
   every create, delete, status and event of one pass.
 - ``sync/`` and ``explain.py``, the plan's two users. sync/ is the only part that meets
@@ -21,9 +22,10 @@ hack/check_layers.py enforces it):
 
 One pass, followed: a pod of job ``ns/mnist`` changes; sync/handlers.py maps it to the
 key and says how urgently; sync/tfjob.py takes the key, checks the expectations, reads
-the job and its pods and services from the caches into a Snapshot and calls
-plan.compute_plan, which asks api/ for the spec, policy/ what each pod means and what
-the job's state now is, and objects/ for the objects to create. sync/child_writes.py
-then creates and deletes children and releases tracking finalizers, sync/writes.py
-writes the status, and the handlers see the results come back through the caches.
+the job, its pods (each read once, objects/observed.py) and services from the caches
+into a Snapshot and calls plan.compute_plan, which asks api/ for the spec, policy/ what
+each pod means and what the job's state now is, and objects/ for the objects to create.
+sync/child_writes.py then creates and deletes children and releases tracking finalizers,
+sync/writes.py writes the status, and the handlers see the results come back through the
+caches.
 """

@@ -1,3 +1,4 @@
-"""The objects built from a job, as pure functions: a replica's pod (and the facts
-read off observed pods), its headless service, TF_CONFIG. Imports api/.
+"""The objects built from a job, as pure functions: a replica's pod, its headless
+service, TF_CONFIG; and the view of an observed pod a pass reads (observed). Imports
+api/.
 """

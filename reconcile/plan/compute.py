@@ -19,7 +19,8 @@ from reconcile.plan.model import (
 )
 from reconcile.plan.podgroup import podgroup_delete
 from reconcile.policy import conditions as cond
-from reconcile.policy.cleanup import cleanup_deletions, finished_cleanup
+from reconcile.policy.clean_pod_policy import cleanup_deletions
+from reconcile.policy.cleanup import finished_cleanup
 from reconcile.policy.conditions import EventIntent
 from reconcile.policy.status import (
     suspended_status,

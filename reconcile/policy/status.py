@@ -21,7 +21,8 @@ from reconcile.api.models import TFJob
 from reconcile.api.status_types import JobCondition, JobStatus, ReplicaStatus
 from reconcile.policy import conditions as cond
 from reconcile.policy.restart import ReplicaAccount
-from reconcile.policy.verdict import Verdict, deciding_type, in_status_order
+from reconcile.policy.success_policy import deciding_type
+from reconcile.policy.verdict import Verdict, in_status_order
 
 
 @dataclass(frozen=True, slots=True)

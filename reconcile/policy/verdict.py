@@ -1,14 +1,14 @@
 """The verdict: whether this pass ends the job, and how (docs/semantics.md#how-a-job-ends).
 
-Checked in this order, the first that holds wins:
-1. success: the deciding replica type (Chief/Master when present, else Worker) has
-   succeeded: every replica of it, or worker 0 alone unless successPolicy is AllWorkers.
-   Success comes first: when the chief finished in the same pass as, say, a PS died, the
-   training outcome is what the chief reported;
+The rules of the API fields that can end a job, checked in this order, the first that
+holds wins:
+1. success (reconcile.policy.success_policy). Success comes first: when the chief
+   finished in the same pass as, say, a PS died, the training outcome is what the chief
+   reported;
 2. a replica failed for good (restartPolicy Never, or ExitCode with a permanent code),
    walking the types in upstream's status order, so the message names the same type;
-3. more retries than ``runPolicy.backoffLimit``;
-4. ``activeDeadlineSeconds`` elapsed since the job started (or was last resumed).
+3. more restarts than ``runPolicy.backoffLimit`` (reconcile.policy.backoff_limit);
+4. ``activeDeadlineSeconds`` elapsed (reconcile.policy.active_deadline).
 No verdict also says how long until the deadline, so the pass can set its timer.
 """
 
@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from reconcile.api.labels import coordinator
-from reconcile.api.models import ReplicaSpec, TFJob
-from reconcile.api.names import STATUS_ORDER, ReplicaType, SuccessPolicy
-from reconcile.api.status_types import elapsed_due, parse_indexes
+from reconcile.api.models import TFJob
+from reconcile.api.names import STATUS_ORDER
+from reconcile.policy import active_deadline, backoff_limit, success_policy
 from reconcile.policy import conditions as cond
 from reconcile.policy.pod_outcome import PodOutcome
 from reconcile.policy.restart import ReplicaAccount
@@ -53,15 +52,6 @@ def in_status_order(rtypes: Mapping[str, object]) -> list[str]:
     return [rt for rt in STATUS_ORDER if rt in rtypes]
 
 
-def deciding_type(specs: Mapping[str, ReplicaSpec]) -> str | None:
-    """The replica type whose outcome is the job's: Chief/Master (with pods), else
-    Worker, else none (other types never decide)."""
-    chief = coordinator(specs)
-    if chief is not None:
-        return chief
-    return ReplicaType.WORKER if ReplicaType.WORKER in specs else None
-
-
 def decide(
     job: TFJob,
     outcomes: Mapping[str, ReplicaAccount],
@@ -69,7 +59,7 @@ def decide(
     now: datetime,
 ) -> tuple[Verdict | None, float | None]:
     """The verdict, or None and the seconds left until the active deadline (if any)."""
-    if _succeeded(job, outcomes):
+    if success_policy.succeeded(job, outcomes):
         return Verdict(True, cond.msg_succeeded(job.namespace, job.name)), None
     for rtype in in_status_order(outcomes):
         outcome = outcomes[rtype]
@@ -81,26 +71,9 @@ def decide(
             return Verdict(
                 False, cond.msg_replicas_failed(job.namespace, job.name, count, rtype)
             ), None
-    policy = job.spec.run_policy
-    limit = policy.backoff_limit if policy is not None else None
-    if limit is not None and sum(o.status.restarts for o in outcomes.values()) > limit:
+    if backoff_limit.exceeded(job, outcomes):
         return Verdict(False, cond.msg_backoff_limit(job.name)), None
-    deadline = policy.active_deadline_seconds if policy is not None else None
-    if deadline is None:
-        return None, None
-    remaining = (elapsed_due(start_time, deadline) - now).total_seconds()
-    if remaining <= 0:
+    left = active_deadline.remaining(job, start_time, now)
+    if left is not None and left <= 0:
         return Verdict(False, cond.msg_deadline(job.name)), None
-    return None, remaining
-
-
-def _succeeded(job: TFJob, outcomes: Mapping[str, ReplicaAccount]) -> bool:
-    decider = deciding_type(job.replica_specs)
-    if decider is None:
-        return False
-    status = outcomes[decider].status
-    if status.succeeded >= job.replica_specs[decider].count:
-        return True
-    if decider == ReplicaType.WORKER and job.spec.success_policy != SuccessPolicy.ALL_WORKERS:
-        return 0 in parse_indexes(status.succeeded_indexes)
-    return False
+    return None, left

@@ -1,4 +1,5 @@
-"""reconcile.policy.cleanup on its own: what cleanPodPolicy deletes, and the TTL after finishing."""
+"""reconcile.policy.cleanup: cleanPodPolicy and the TTL applied together, in the pass that
+finishes a job and in the passes after."""
 
 from __future__ import annotations
 
@@ -8,17 +9,9 @@ import pytest
 
 from reconcile.api.models import RunPolicy
 from reconcile.api.status_types import JobStatus
-from reconcile.objects.observed import ObservedPod, observe
+from reconcile.objects.observed import ObservedPod
 from reconcile.policy import conditions as cond
-from reconcile.policy.cleanup import (
-    Cleanup,
-    cleanup_deletions,
-    effective_policy,
-    finished_at,
-    finished_cleanup,
-    finishing_cleanup,
-    ttl_remaining,
-)
+from reconcile.policy.cleanup import Cleanup, finished_cleanup, finishing_cleanup
 from tests.builders import at, make_pod, make_service, make_tfjob
 
 JOB = make_tfjob("t").chief().ps(1).worker(4).obj()
@@ -39,89 +32,9 @@ def names(objs: list[Any]) -> list[str]:
     return sorted(o.name if isinstance(o, ObservedPod) else o["metadata"]["name"] for o in objs)
 
 
-@pytest.mark.parametrize(
-    ("policy", "pods", "services"),
-    [
-        pytest.param(None, [], [], id="unset"),
-        pytest.param("None", [], [], id="none"),
-        pytest.param(
-            "Running",
-            ["t-ps-0", "t-worker-1"],
-            # kept: the services of the finished pods that stay (chief, worker 0)
-            ["t-ps-0", "t-worker-1", "t-worker-2", "t-worker-3"],
-            id="running",
-        ),
-        pytest.param(
-            "All",
-            ["t-chief-0", "t-ps-0", "t-worker-0", "t-worker-1"],
-            ["t-chief-0", "t-ps-0", "t-worker-0", "t-worker-1", "t-worker-2", "t-worker-3"],
-            id="all",
-        ),
-    ],
-)
-def test_cleanup_deletions(policy: str | None, pods: list[str], services: list[str]) -> None:
-    del_pods, del_svcs = cleanup_deletions(policy, PODS, SERVICES)
-    assert (names(del_pods), names(del_svcs)) == (pods, services)
-
-
-def test_running_policy_treats_a_pod_without_phase_as_pending() -> None:
-    raw = make_pod(JOB, "Worker", 0).obj()
-    del raw["status"]
-    pod = observe(raw)
-    assert cleanup_deletions("Running", [pod], []) == ([pod], [])
-
-
-def test_terminating_services_are_not_deleted_again() -> None:
-    svc = make_service(JOB, "Worker", 0)
-    svc["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:30Z"
-    assert cleanup_deletions("All", [], [svc]) == ([], [])
-    assert cleanup_deletions("Running", [], [svc]) == ([], [])
-
-
-@pytest.mark.parametrize(
-    ("ttl", "finished", "now", "want"),
-    [
-        pytest.param(None, 0, 0, None, id="no-ttl"),
-        pytest.param(10, None, 0, None, id="not-finished"),
-        pytest.param(10, 0, 5, 6.0, id="running-down"),  # never early: +1s for truncation
-        pytest.param(10, 0, 10.5, 0.5, id="last-half-second"),
-        pytest.param(10, 0, 11, 0.0, id="due"),
-        pytest.param(10, 0, 20, -9.0, id="overdue"),
-        pytest.param(0, 0, 0, 1.0, id="zero"),
-        pytest.param(-5, 0, 0, 1.0, id="negative-is-zero"),
-    ],
-)
-def test_ttl_remaining(ttl: int | None, finished: float | None, now: float, want: float) -> None:
-    policy = RunPolicy(ttl_seconds_after_finished=ttl)
-    done = at(finished) if finished is not None else None
-    assert ttl_remaining(policy, done, at(now)) == want
-
-
 def finishing(cond_type: str, status: str, when: float) -> list[Any]:
     conds = cond.set_condition([], cond.CREATED, cond.TRUE, cond.REASON_CREATED, "m", at(0))
     return cond.set_condition(conds, cond_type, status, "r", "m", at(when))
-
-
-@pytest.mark.parametrize(
-    ("status", "want"),
-    [
-        pytest.param(JobStatus(), None, id="empty"),
-        pytest.param(JobStatus(completion_time=at(7)), at(7), id="completion-time"),
-        pytest.param(
-            JobStatus(completion_time=at(7), conditions=finishing("Succeeded", "True", 9)),
-            at(7),
-            id="completion-time-first",
-        ),
-        pytest.param(
-            JobStatus(conditions=finishing("Succeeded", "True", 9)), at(9), id="succeeded"
-        ),
-        pytest.param(JobStatus(conditions=finishing("Failed", "True", 8)), at(8), id="failed"),
-        pytest.param(JobStatus(conditions=finishing("Running", "True", 8)), None, id="running"),
-        pytest.param(JobStatus(conditions=finishing("Succeeded", "False", 8)), None, id="false"),
-    ],
-)
-def test_finished_at(status: JobStatus, want: Any) -> None:
-    assert finished_at(status) == want
 
 
 def test_finished_cleanup_waits_for_the_ttl_then_deletes_the_job() -> None:
@@ -162,22 +75,6 @@ def test_finishing_cleanup_without_ttl_sets_no_timer() -> None:
     policy = RunPolicy(clean_pod_policy="None")
     done = finishing_cleanup(policy, PODS, SERVICES, at(1), at(1))
     assert done == Cleanup()
-
-
-@pytest.mark.parametrize(
-    ("policy", "failed", "want"),
-    [
-        (None, True, "Running"),
-        ("None", True, "Running"),
-        ("Running", True, "Running"),
-        ("All", True, "All"),
-        (None, False, None),
-        ("None", False, "None"),
-        ("All", False, "All"),
-    ],
-)
-def test_effective_policy(policy: str | None, failed: bool, want: str | None) -> None:
-    assert effective_policy(policy, failed) == want
 
 
 @pytest.mark.parametrize("policy", [None, "None"])
