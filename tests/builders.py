@@ -19,7 +19,9 @@ from reconcile.api.labels import (
     replica_labels,
     replica_name,
 )
+from reconcile.api.models import TFJob
 from reconcile.api.names import TRACKING_FINALIZER
+from reconcile.api.spec import read_job
 from reconcile.api.status_types import format_time
 from reconcile.objects.observed import ObservedPod, observe
 from reconcile.objects.pods import JobRef, owner_reference
@@ -154,6 +156,13 @@ class TFJobBuilder:
 
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._job)
+
+
+def typed(builder: TFJobBuilder) -> TFJob:
+    """The job as the planner reads it (reconcile.api.spec): valid, defaulted."""
+    job = read_job(builder.obj()).tfjob
+    assert job is not None, read_job(builder.obj()).invalid_message
+    return job
 
 
 def make_tfjob(name: str = "t", namespace: str = "ns", uid: str | None = None) -> TFJobBuilder:

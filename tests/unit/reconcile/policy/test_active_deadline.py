@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.api.models import TFJob
-from reconcile.api.spec import read_job
 from reconcile.policy.active_deadline import remaining
-from tests.builders import TFJobBuilder, at, make_tfjob
-
-
-def tfjob(builder: TFJobBuilder) -> TFJob:
-    job = read_job(builder.obj()).tfjob
-    assert job is not None
-    return job
+from tests.builders import at, make_tfjob, typed
 
 
 @pytest.mark.parametrize(
@@ -28,9 +20,9 @@ def tfjob(builder: TFJobBuilder) -> TFJob:
     ],
 )
 def test_remaining(start: float, now: float, want: float) -> None:
-    job = tfjob(make_tfjob("t").worker(1).active_deadline(10))
+    job = typed(make_tfjob("t").worker(1).active_deadline(10))
     assert remaining(job, at(start), at(now)) == want
 
 
 def test_no_deadline_means_no_timer() -> None:
-    assert remaining(tfjob(make_tfjob("t").worker(1)), at(0), at(10**6)) is None
+    assert remaining(typed(make_tfjob("t").worker(1)), at(0), at(10**6)) is None

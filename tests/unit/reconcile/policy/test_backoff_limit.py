@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.api.models import TFJob
-from reconcile.api.spec import read_job
 from reconcile.api.status_types import ReplicaStatus
 from reconcile.policy.backoff_limit import exceeded
 from reconcile.policy.restart import ReplicaAccount
-from tests.builders import TFJobBuilder, make_tfjob
-
-
-def tfjob(builder: TFJobBuilder) -> TFJob:
-    job = read_job(builder.obj()).tfjob
-    assert job is not None
-    return job
+from tests.builders import make_tfjob, typed
 
 
 def restarted(restarts: int) -> ReplicaAccount:
@@ -26,16 +18,16 @@ def restarted(restarts: int) -> ReplicaAccount:
     ("restarts", "failed"), [((0, 0), False), ((1, 1), False), ((2, 0), False), ((2, 1), True)]
 )
 def test_backoff_limit_sums_restarts_over_types(restarts: tuple[int, int], failed: bool) -> None:
-    job = tfjob(make_tfjob("t").chief().worker(1).backoff_limit(2))
+    job = typed(make_tfjob("t").chief().worker(1).backoff_limit(2))
     accounts = {"Chief": restarted(restarts[0]), "Worker": restarted(restarts[1])}
     assert exceeded(job, accounts) is failed
 
 
 def test_no_backoff_limit_means_unlimited_retries() -> None:
-    assert not exceeded(tfjob(make_tfjob("t").worker(1)), {"Worker": restarted(1000)})
+    assert not exceeded(typed(make_tfjob("t").worker(1)), {"Worker": restarted(1000)})
 
 
 def test_disruptions_are_not_restarts() -> None:
-    job = tfjob(make_tfjob("t").worker(1).backoff_limit(0))
+    job = typed(make_tfjob("t").worker(1).backoff_limit(0))
     disrupted = ReplicaAccount(status=ReplicaStatus(disruptions=5))
     assert not exceeded(job, {"Worker": disrupted})

@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 
 from reconcile.api.labels import JOB_ROLE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
-from reconcile.api.models import TFJob
-from reconcile.api.spec import read_job
 from reconcile.objects.observed import observe, observe_all
 from reconcile.policy.children import (
     foreign_pods,
@@ -19,15 +17,10 @@ from reconcile.policy.children import (
     template_overrides,
     unique,
 )
-from tests.builders import TFJobBuilder, container, make_pod, make_service, make_tfjob
+from tests.builders import TFJobBuilder, container, make_pod, make_service, make_tfjob, typed
 
 OP = "tfjob-controller"
 
-
-def tfjob(builder: TFJobBuilder) -> TFJob:
-    job = read_job(builder.obj()).tfjob
-    assert job is not None
-    return job
 
 
 def names(objs: list[Any]) -> list[str]:
@@ -43,14 +36,14 @@ def tf_config(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_new_pods_only_for_the_requested_indexes_in_order() -> None:
-    job = tfjob(make_tfjob("t").ps(2).worker(3))
+    job = typed(make_tfjob("t").ps(2).worker(3))
     pods = new_pods(job, {"Worker": [2, 0], "PS": [1]}, cluster_domain=None, operator_name=OP)
     assert names(pods) == ["t-worker-2", "t-worker-0", "t-ps-1"]
     assert new_pods(job, {}, cluster_domain=None, operator_name=OP) == []
 
 
 def test_new_pod_identity_owner_and_tf_config() -> None:
-    job = tfjob(make_tfjob("t", "kf").ps(1).worker(2, restart_policy="OnFailure"))
+    job = typed(make_tfjob("t", "kf").ps(1).worker(2, restart_policy="OnFailure"))
     (pod,) = new_pods(job, {"Worker": [1]}, cluster_domain=None, operator_name="my-op")
     meta = pod["metadata"]
     assert meta["namespace"] == "kf"
@@ -71,7 +64,7 @@ def test_new_pod_identity_owner_and_tf_config() -> None:
 
 
 def test_new_pods_use_the_cluster_domain() -> None:
-    job = tfjob(make_tfjob("t").worker(2))
+    job = typed(make_tfjob("t").worker(2))
     (pod,) = new_pods(job, {"Worker": [0]}, cluster_domain="cluster.local", operator_name=OP)
     assert tf_config(pod)["cluster"]["worker"][0] == "t-worker-0.ns.svc.cluster.local:2222"
 
@@ -90,12 +83,12 @@ def test_new_pods_use_the_cluster_domain() -> None:
 def test_new_pods_master_role(
     builder: TFJobBuilder, creates: dict[str, list[int]], masters: list[str]
 ) -> None:
-    pods = new_pods(tfjob(builder), creates, cluster_domain=None, operator_name=OP)
+    pods = new_pods(typed(builder), creates, cluster_domain=None, operator_name=OP)
     assert names([p for p in pods if JOB_ROLE_LABEL in p["metadata"]["labels"]]) == masters
 
 
 def test_new_pods_leave_the_template_untouched() -> None:
-    job = tfjob(make_tfjob("t").worker(2))
+    job = typed(make_tfjob("t").worker(2))
     before = job.replica_specs["Worker"].template
     snapshot = json.dumps(before, sort_keys=True)
     new_pods(job, {"Worker": [0, 1]}, cluster_domain=None, operator_name=OP)
@@ -108,7 +101,7 @@ RAW = make_tfjob("t").chief().worker(1).ps(1).evaluator().obj()
 
 
 def test_foreign_pods_are_the_live_pods_of_removed_types() -> None:
-    job = tfjob(make_tfjob("t").chief().worker(1))
+    job = typed(make_tfjob("t").chief().worker(1))
     unlabelled = make_pod(RAW, "Worker", 0).obj()
     del unlabelled["metadata"]["labels"][REPLICA_TYPE_LABEL]
     pods = [
@@ -122,7 +115,7 @@ def test_foreign_pods_are_the_live_pods_of_removed_types() -> None:
 
 
 def test_foreign_pods_match_replica_types_case_insensitively() -> None:
-    job = tfjob(make_tfjob("t").replica("worker", 1))  # defaulting re-cases it to Worker
+    job = typed(make_tfjob("t").replica("worker", 1))  # defaulting re-cases it to Worker
     assert foreign_pods(job, [make_pod(RAW, "Worker", 0).view()]) == []
 
 
@@ -130,7 +123,7 @@ def test_foreign_pods_match_replica_types_case_insensitively() -> None:
 
 
 def test_service_diff_creates_one_headless_service_per_index() -> None:
-    job = tfjob(make_tfjob("t").chief().worker(2).ps(0))
+    job = typed(make_tfjob("t").chief().worker(2).ps(0))
     create, delete = service_diff(job, [], operator_name=OP)
     assert names(create) == ["t-chief-0", "t-worker-0", "t-worker-1"]  # none for 0 replicas
     assert delete == []
@@ -140,13 +133,13 @@ def test_service_diff_creates_one_headless_service_per_index() -> None:
 
 
 def test_service_diff_is_empty_when_every_index_has_its_service() -> None:
-    job = tfjob(make_tfjob("t").chief().worker(2))
+    job = typed(make_tfjob("t").chief().worker(2))
     svcs = [make_service(RAW, "Chief", 0)] + [make_service(RAW, "Worker", i) for i in range(2)]
     assert service_diff(job, svcs, operator_name=OP) == ([], [])
 
 
 def test_service_diff_deletes_scaled_down_removed_and_duplicate_services() -> None:
-    job = tfjob(make_tfjob("t").worker(1))
+    job = typed(make_tfjob("t").worker(1))
     dup = make_service(RAW, "Worker", 0)
     dup["metadata"]["uid"] = "svc-dup"
     renamed = make_service(RAW, "Worker", 0)
@@ -167,7 +160,7 @@ def test_service_diff_deletes_scaled_down_removed_and_duplicate_services() -> No
 
 
 def test_service_diff_waits_for_a_terminating_service() -> None:
-    job = tfjob(make_tfjob("t").worker(1))
+    job = typed(make_tfjob("t").worker(1))
     wanted, extra = make_service(RAW, "Worker", 0), make_service(RAW, "Worker", 1)
     for svc in (wanted, extra):
         svc["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:30Z"
@@ -223,7 +216,7 @@ def _with_template_restart_policy(policy: str) -> TFJobBuilder:
 def test_template_restart_policy_is_overridden_with_upstreams_warning(
     builder: TFJobBuilder, creates: dict[str, list[int]], warned: bool
 ) -> None:
-    job = tfjob(builder)
+    job = typed(builder)
     events = template_overrides(job, creates)
     assert [(e.type, e.reason) for e in events] == (
         [("Warning", "SettedPodTemplateRestartPolicy")] if warned else []

@@ -9,27 +9,10 @@ import pytest
 
 from reconcile.api.models import RunPolicy
 from reconcile.api.status_types import JobStatus
-from reconcile.objects.observed import ObservedPod
 from reconcile.policy import conditions as cond
 from reconcile.policy.cleanup import Cleanup, finished_cleanup, finishing_cleanup
-from tests.builders import at, make_pod, make_service, make_tfjob
-
-JOB = make_tfjob("t").chief().ps(1).worker(4).obj()
-PODS = [
-    make_pod(JOB, "Chief", 0).succeeded().view(),
-    make_pod(JOB, "PS", 0).running().view(),
-    make_pod(JOB, "Worker", 0).failed(1).view(),
-    make_pod(JOB, "Worker", 1).pending().view(),
-    make_pod(JOB, "Worker", 2).running().terminating().view(),  # already on its way out
-    # worker 3's pod is gone
-]
-SERVICES = [make_service(JOB, rt, i) for rt, i in [("Chief", 0), ("PS", 0)]] + [
-    make_service(JOB, "Worker", i) for i in range(4)
-]
-
-
-def names(objs: list[Any]) -> list[str]:
-    return sorted(o.name if isinstance(o, ObservedPod) else o["metadata"]["name"] for o in objs)
+from tests.builders import at
+from tests.unit.reconcile.policy.test_clean_pod_policy import PODS, SERVICES, names
 
 
 def finishing(cond_type: str, status: str, when: float) -> list[Any]:

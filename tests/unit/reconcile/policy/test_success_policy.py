@@ -6,35 +6,9 @@ from typing import Any
 
 import pytest
 
-from reconcile.api.models import TFJob
-from reconcile.api.spec import read_job
-from reconcile.api.status_types import ReplicaStatus, parse_indexes
-from reconcile.policy.restart import ReplicaAccount
 from reconcile.policy.success_policy import deciding_type, succeeded
-from tests.builders import TFJobBuilder, make_tfjob
-
-
-def tfjob(builder: TFJobBuilder) -> TFJob:
-    job = read_job(builder.obj()).tfjob
-    assert job is not None
-    return job
-
-
-def out(
-    active: int = 0,
-    succeeded: str = "",
-    failed: int = 0,
-    restarts: int = 0,
-) -> ReplicaAccount:
-    """An outcome whose succeeded count matches its succeeded indexes (as accounting makes it)."""
-    status = ReplicaStatus(
-        active=active,
-        succeeded=len(parse_indexes(succeeded)),
-        succeeded_indexes=succeeded,
-        failed=failed,
-        restarts=restarts,
-    )
-    return ReplicaAccount(status=status)
+from tests.builders import TFJobBuilder, make_tfjob, typed
+from tests.unit.reconcile.policy.test_verdict import out
 
 
 @pytest.mark.parametrize(
@@ -47,7 +21,7 @@ def out(
     ],
 )
 def test_deciding_type(builder: TFJobBuilder, want: str | None) -> None:
-    assert deciding_type(tfjob(builder).replica_specs) == want
+    assert deciding_type(typed(builder).replica_specs) == want
 
 
 @pytest.mark.parametrize(
@@ -79,12 +53,12 @@ def test_deciding_type(builder: TFJobBuilder, want: str | None) -> None:
     ],
 )  # fmt: skip
 def test_succeeded(builder: TFJobBuilder, outcomes: dict[str, Any], want: bool) -> None:
-    assert succeeded(tfjob(builder), outcomes) is want
+    assert succeeded(typed(builder), outcomes) is want
 
 
 def test_a_zero_replica_chief_counts_as_absent() -> None:
     """Upstream let `Chief: {replicas: 0}` succeed the job at once with no pod run."""
-    job = tfjob(make_tfjob().chief(0).worker(2))
+    job = typed(make_tfjob().chief(0).worker(2))
     assert deciding_type(job.replica_specs) == "Worker"
     assert not succeeded(job, {"Chief": out(), "Worker": out(active=2)})
     assert succeeded(job, {"Chief": out(), "Worker": out(active=1, succeeded="0")})

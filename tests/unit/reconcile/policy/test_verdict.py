@@ -7,22 +7,15 @@ from typing import Any
 
 import pytest
 
-from reconcile.api.models import TFJob
-from reconcile.api.spec import read_job
 from reconcile.api.status_types import ReplicaStatus, parse_indexes
 from reconcile.policy import conditions as cond
 from reconcile.policy.pod_outcome import PodOutcome
 from reconcile.policy.restart import ReplicaAccount
 from reconcile.policy.verdict import Verdict, decide, in_status_order
-from tests.builders import TFJobBuilder, at, make_tfjob
+from tests.builders import TFJobBuilder, at, make_tfjob, typed
 
 SUCCESS = Verdict(True, "TFJob ns/t successfully completed.")
 
-
-def tfjob(builder: TFJobBuilder) -> TFJob:
-    job = read_job(builder.obj()).tfjob
-    assert job is not None
-    return job
 
 
 def out(
@@ -44,7 +37,7 @@ def out(
 
 
 def verdict(builder: TFJobBuilder, now: float = 100, start: float = 0, **outcomes: Any) -> Any:
-    return decide(tfjob(builder), outcomes, at(start), at(now))
+    return decide(typed(builder), outcomes, at(start), at(now))
 
 
 def test_in_status_order_sorts_known_types_and_drops_others() -> None:
