@@ -86,11 +86,13 @@ class Plan:
     #: release marks them (reconcile.api.names.RETIRED_ANNOTATION)
     retired: frozenset[str] = frozenset()
     status: JSON | None = None  # the complete new .status if it differs, else None
-    #: the status change moves only replica counts and Running (it may wait for company)
-    progress_only: bool = False
-    #: the same, with or without the Running transition's event: progress alone, which a
-    #: pass still waiting on its own creates may report (reconcile.sync.tfjob)
-    reports_progress: bool = False
+    #: the status change is progress: it moves only replica counts and the Running
+    #: condition, what a pass still waiting on its own creates may report
+    #: (reconcile.sync.tfjob)
+    progress: bool = False
+    #: progress with no transition event of its own: the write may wait for company
+    #: (the pacer, reconcile.sync.pacing)
+    paced: bool = False
     events: list[EventIntent] = field(default_factory=list)
     requeue_after: float | None = None  # earliest due timer
     delete_job: bool = False  # ttlSecondsAfterFinished expired
@@ -108,8 +110,8 @@ def status_plan(old: JobStatus, new: JobStatus, *, failed_event_type: str = cond
     progress = status is not None and is_progress_only(old, new)
     return Plan(
         status=status,
-        progress_only=progress and not events,
-        reports_progress=progress,
+        progress=progress,
+        paced=progress and not events,
         events=list(events),
     )
 
@@ -153,8 +155,8 @@ def with_children(
         release_pods=raws(release_pods),
         retired=retired,
         status=plan.status,
-        progress_only=plan.progress_only,
-        reports_progress=plan.reports_progress,
+        progress=plan.progress,
+        paced=plan.paced,
         events=plan.events,
         requeue_after=requeue_after,
         podgroup=podgroup,

@@ -273,7 +273,7 @@ class TFJobReconciler:
             return waiting
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, owner)
         view, plan = await self._plan(key, raw, pods, services, status_only=True)
-        if plan.status is None or not plan.reports_progress or plan.skip_reason:
+        if plan.status is None or not plan.progress or plan.skip_reason:
             rec.reported = inputs
             return waiting
         wait = self.memory.pacer.delay(key)
