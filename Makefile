@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test kind-e2e node-binaries
+	image-test kind-e2e node-binaries tf-image
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -27,6 +27,12 @@ binaries: venv
 # the pause and workload images (apt and debootstrap: root).
 node-binaries: venv
 	VENV=$(VENV) hack/build-node.sh
+
+# The TensorFlow image for the real node (tfjob.local/tensorflow:2.21.0-bookworm): the
+# workload image plus tensorflow-cpu and tf_keras (hack/node/tf-requirements.txt), as an
+# OCI archive in a cache entry of its own. Not part of `make test`.
+tf-image: node-binaries
+	VENV=$(VENV) hack/build-tf-image.sh
 
 cluster: binaries
 	hack/cluster.sh up --gang scheduler-plugins

@@ -85,3 +85,8 @@ def test_fetch_asks_nothing_of_the_index_when_every_wheel_is_there(
     (wheels / "renamed.whl").write_bytes(contents["idna"])  # by hash, whatever its name
     tfr.fetch(wheels, requirements)
     assert len(calls) == 1
+
+
+def test_the_image_is_named_for_the_version_pinned() -> None:
+    script = (tfr.HERE / "build-tf-image.sh").read_text()
+    assert f"\nTF_VERSION={tfr.VERSION}\n" in script
