@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test kind-e2e node-binaries tf-image
+	image-test kind-e2e node-binaries tf-image e2e-tf
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -33,6 +33,11 @@ node-binaries: venv
 # OCI archive in a cache entry of its own. Not part of `make test`.
 tf-image: node-binaries
 	VENV=$(VENV) hack/build-tf-image.sh
+
+# Real TensorFlow on the real node: the training programs of tests/tf/programs/ run by
+# TFJobs in the TensorFlow image (tests marked tf, which `make test` leaves out).
+e2e-tf: lint cluster tf-image
+	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider -m tf tests/cluster
 
 cluster: binaries
 	hack/cluster.sh up --gang scheduler-plugins

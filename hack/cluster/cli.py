@@ -198,6 +198,8 @@ def cmd_up(opts: argparse.Namespace) -> int:
                 install_volcano_crd(api)
             if opts.real_node and "real_node" not in state:
                 _add_real_node(d, state, opts, api)
+            if opts.tf_image:
+                node.add_tf_image(d, state)
             kwok_nodes(api, opts, state["pids"]["kwok"])
             log(f"reusing the running cluster in {d}")
             print(d / "kubeconfig")
@@ -270,6 +272,8 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
         wait_for("namespace default", default_ns, 30)
         if opts.real_node:
             _add_real_node(d, state, opts, api)
+        if opts.tf_image:
+            node.add_tf_image(d, state)
     except Exception as e:
         import traceback
 
@@ -439,7 +443,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"up: also run a real node ({node.NODE_NAME}: containerd, runc, kubelet, "
         "CoreDNS; root); down: remove only the real node",
     )
+    p.add_argument(
+        "--tf-image",
+        action="store_true",
+        help="up: the real node with the TensorFlow image built (hack/build-tf-image.sh) "
+        f"and imported ({node.TF_IMAGE})",
+    )
     opts = p.parse_args(argv)
+    opts.real_node = opts.real_node or (opts.command == "up" and opts.tf_image)
     if opts.command == "restart" and not opts.component:
         p.error("restart needs a component")
     commands = {

@@ -40,6 +40,9 @@ NODE_LABELS = {"type": "real"}
 #: The image the workload archive is tagged with (hack/build-node.sh: WORKLOAD_IMAGE).
 WORKLOAD_IMAGE = "tfjob.local/python:bookworm"
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
+#: The TensorFlow image (hack/build-tf-image.sh: TF_IMAGE), imported only on request
+#: (`up --tf-image`): 1.75 GB, for the real-TensorFlow tests and `make run-tf`.
+TF_IMAGE = "tfjob.local/tensorflow:2.21.0-bookworm"
 #: The pods' bridge and its subnet: apart from kwok's 10.244.0.0/16 and the services'
 #: 10.0.0.0/24.
 BRIDGE = "tfjob-cni0"
@@ -294,12 +297,31 @@ def ctr(d: Path, state: dict[str, Any], *args: str, timeout: float = 300) -> str
 
 def import_images(d: Path, state: dict[str, Any]) -> None:
     images = Path(state["real_node"]["bin_dir"]).parent / "images"
-    have = ctr(d, state, "images", "ls", "-q").split()
     for archive, name in (("pause.tar", SANDBOX_IMAGE), ("workload.tar", WORKLOAD_IMAGE)):
-        if name not in have:
-            t0 = time.monotonic()
-            ctr(d, state, "images", "import", str(images / archive))
-            log(f"imported {name} ({time.monotonic() - t0:.1f}s)")
+        import_image(d, state, images / archive, name)
+
+
+def import_image(d: Path, state: dict[str, Any], archive: Path, name: str) -> None:
+    """Import ``archive`` into the node's containerd unless an image of ``name`` is
+    there already. Large archives take a while (the TensorFlow image ~45 s)."""
+    if name in ctr(d, state, "images", "ls", "-q").split():
+        return
+    t0 = time.monotonic()
+    log(f"importing {name} from {archive.name} ({archive.stat().st_size >> 20} MB)")
+    ctr(d, state, "images", "import", str(archive), timeout=900)
+    log(f"imported {name} ({time.monotonic() - t0:.1f}s)")
+
+
+def add_tf_image(d: Path, state: dict[str, Any]) -> None:
+    """Build the TensorFlow image if its cache entry is missing (hack/build-tf-image.sh,
+    progress on stderr), and import it into the running node."""
+    out = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-tf-image.sh")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    import_image(d, state, Path(out.stdout.strip().splitlines()[-1]), TF_IMAGE)
 
 
 def crictl(d: Path, state: dict[str, Any], *args: str, timeout: float = 60) -> str | None:

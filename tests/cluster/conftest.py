@@ -56,6 +56,21 @@ def real_node(cluster: Cluster) -> str:
     return node.NODE_NAME
 
 
+@pytest.fixture(scope="session")
+def tf_node(real_node: str, cluster: Cluster) -> str:
+    """The real node with the TensorFlow image imported (`up --tf-image`: built by
+    hack/build-tf-image.sh when its cache entry is missing, about a minute cold, then
+    ~45 s to import). Only the real-TensorFlow tests (marker tf, `make e2e-tf`) ask for it."""
+    proc = subprocess.run(
+        command("up", "--real-node", "--tf-image"), cwd=node.REPO, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"the TensorFlow image is not on the node:\n{proc.stderr[-6000:]}", pytrace=False
+        )
+    return real_node
+
+
 @pytest.fixture
 def stage(
     cluster: Cluster, controller: ControllerProcess, kube: Kube, namespace: str, tmp_path: Path

@@ -1,0 +1,121 @@
+"""Whole-gang restart with real collectives (`make e2e-tf`): a MultiWorkerMirroredStrategy
+job whose worker process is SIGKILLed mid-training. With the gang-restart annotation
+every pod is replaced together, one restart is counted, and training resumes from the
+last BackupAndRestore backup; without it the surviving worker fails its collective
+(exit 1) seconds later, which ExitCode takes as permanent. The backup lives in a host
+directory every pod of the job mounts (one real node)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconcile.api.names import GANG_RESTART_ANNOTATION
+from tests.cluster.kube import ControllerProcess, Kube, wait_job
+from tests.cluster.policy_helpers import rs
+from tests.cluster.test_real_node import _container_pid, container_status
+from tests.cluster.tf_workloads import (
+    epoch_losses,
+    programs_configmap,
+    progress,
+    tf_job,
+    tf_template,
+    wait_progress,
+    with_backup,
+)
+from tests.conftest import Cluster
+
+pytestmark = [pytest.mark.local_only, pytest.mark.tf]
+
+EPOCHS = 10
+STEPS = 30
+#: host directories for the jobs' backups (removed after each test)
+BACKUPS = Path("/var/tmp/tfjob-e2e")
+
+
+@pytest.fixture
+def backup(namespace: str) -> Iterator[Path]:
+    d = BACKUPS / namespace
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def mwms_job(name: str, backup: Path, *, gang_restart: bool) -> dict[str, Any]:
+    fit = tf_template(
+        "mwms_fit.py",
+        *("--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--log-every", "5"),
+        *("--backup-dir", "/backup", "--save-freq", "10"),
+    )
+    job = tf_job(name, {"Worker": (2, "ExitCode", with_backup(fit, backup / name))})
+    if gang_restart:
+        job["metadata"]["annotations"] = {GANG_RESTART_ANNOTATION: "true"}
+    return job
+
+
+def kill_mid_training(cluster: Cluster, ns: str, pod: str, epoch: int) -> dict[str, Any]:
+    """SIGKILL the pod's training process once it has trained into ``epoch``; the last
+    progress line it printed before."""
+    lines = wait_progress(
+        cluster, ns, pod, lambda x: x.get("event") == "step" and x["epoch"] >= epoch, 180
+    )
+    os.kill(_container_pid(cluster, ns, pod), signal.SIGKILL)
+    return lines[-1]
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_killed_worker_restarts_the_gang_and_training_resumes(
+    victim: int,
+    tf_node: str,
+    controller: ControllerProcess,
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    backup: Path,
+) -> None:
+    ns, name = namespace, f"gang{victim}"
+    programs_configmap(kube, ns)
+    kube.create_tfjob(ns, mwms_job(name, backup, gang_restart=True))
+    last = kill_mid_training(cluster, ns, f"{name}-worker-{victim}", epoch=3)
+    done = wait_job(kube, ns, name, "Succeeded", timeout=360)
+    # one restart for the gang, whatever the survivor did meanwhile (its exit 1)
+    assert (done["status"].get("gangEpoch"), rs(done, "Worker")["restarts"]) == (1, 1)
+    for i in range(2):
+        lines = progress(cluster, ns, f"{name}-worker-{i}")  # the new epoch's pods
+        start = lines[0]
+        assert start["event"] == "start" and start["replicas_in_sync"] == 2
+        # resumed from the backup (every 10 steps), not from the beginning
+        assert 0 < start["step"] <= last["step"], (start, last)
+        assert start["initial_epoch"] >= 2, (start, last)
+        assert lines[-1]["event"] == "done"
+        assert epoch_losses(lines)[-1] < 0.2
+
+
+def test_without_gang_restart_the_survivor_fails_and_so_does_the_job(
+    tf_node: str,
+    controller: ControllerProcess,
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    backup: Path,
+) -> None:
+    """What a user of upstream gets today, and of ours without the annotation: the killed
+    worker's 137 is retryable under ExitCode, but the surviving worker's collective
+    fails within seconds (exit 1), which ExitCode takes as the program's own verdict."""
+    ns = namespace
+    programs_configmap(kube, ns)
+    kube.create_tfjob(ns, mwms_job("plain", backup, gang_restart=False))
+    kill_mid_training(cluster, ns, "plain-worker-1", epoch=3)
+    t0 = time.monotonic()
+    failed = wait_job(kube, ns, "plain", "Failed", timeout=120)
+    print(f"job Failed {time.monotonic() - t0:.1f}s after the kill")
+    survivor = container_status(kube.pod(ns, "plain-worker-0") or {})
+    terminated = survivor["state"]["terminated"]
+    assert terminated["exitCode"] == 1
+    assert rs(failed, "Worker")["failed"] >= 1

@@ -1,0 +1,75 @@
+"""MultiWorkerMirroredStrategy with real TensorFlow on the real node (`make e2e-tf`):
+tf.distribute accepts the TF_CONFIG the controller writes, the workers find each other
+through the headless services before any of them is Ready, train in sync, and the job
+Succeeds by the upstream rule. The training programs are tests/tf/programs/."""
+
+from __future__ import annotations
+
+import pytest
+from kubeflow.training import TrainingClient
+
+from tests.cluster.kube import ControllerProcess, Kube, wait_job
+from tests.cluster.policy_helpers import rs
+from tests.cluster.tf_workloads import (
+    epoch_losses,
+    programs_configmap,
+    progress,
+    progress_of,
+    tf_job,
+    tf_template,
+)
+from tests.conftest import Cluster
+
+pytestmark = [pytest.mark.local_only, pytest.mark.tf]
+
+EPOCHS = 3
+FIT = tf_template("mwms_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20")
+
+
+def assert_trained_in_sync(cluster: Cluster, ns: str, pods: list[str], replicas: int) -> None:
+    """Every task saw ``replicas`` in sync, trained every epoch, and the loss fell; the
+    tasks of one synchronous job report the same losses (one all-reduced model)."""
+    losses = []
+    for pod in pods:
+        lines = progress(cluster, ns, pod)
+        assert lines, f"{pod} printed no progress"
+        assert {x["replicas_in_sync"] for x in lines} == {replicas}, (pod, lines)
+        assert lines[0]["event"] == "start" and lines[0]["initial_epoch"] == 0
+        assert lines[-1]["event"] == "done"
+        per_epoch = epoch_losses(lines)
+        assert len(per_epoch) == EPOCHS and per_epoch[-1] < per_epoch[0], (pod, per_epoch)
+        losses.append(per_epoch)
+    assert all(loss == pytest.approx(losses[0], rel=1e-4) for loss in losses), losses
+
+
+def test_workers_only(
+    tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
+) -> None:
+    ns = namespace
+    programs_configmap(kube, ns)
+    kube.create_tfjob(ns, tf_job("mwms", {"Worker": (2, "Never", FIT)}))
+    done = wait_job(kube, ns, "mwms", "Succeeded", timeout=300)
+    assert rs(done, "Worker")["succeeded"] >= 1  # worker 0 decides (upstream)
+    pods = ["mwms-worker-0", "mwms-worker-1"]
+    assert all(p["spec"]["nodeName"] == tf_node for p in kube.pods(ns, "mwms"))
+    assert_trained_in_sync(cluster, ns, pods, replicas=2)
+
+    # The SDK reads the same logs.
+    tc = TrainingClient(config_file=cluster.kubeconfig, namespace=ns, job_kind="TFJob")
+    got, _ = tc.get_job_logs("mwms", is_master=False)
+    assert sorted(got) == pods
+    assert all(progress_of(text)[-1]["event"] == "done" for text in got.values())
+
+
+def test_chief_and_workers(
+    tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
+) -> None:
+    """The chief is a replica of the synchronous group (3 in sync), and its success is the
+    job's."""
+    ns = namespace
+    programs_configmap(kube, ns)
+    job = tf_job("mwmsc", {"Chief": (1, "Never", FIT), "Worker": (2, "Never", FIT)})
+    kube.create_tfjob(ns, job)
+    done = wait_job(kube, ns, "mwmsc", "Succeeded", timeout=300)
+    assert rs(done, "Chief")["succeeded"] == 1
+    assert_trained_in_sync(cluster, ns, ["mwmsc-chief-0", "mwmsc-worker-0", "mwmsc-worker-1"], 3)

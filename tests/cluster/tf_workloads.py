@@ -1,0 +1,112 @@
+"""TFJobs running real TensorFlow on the real node: the training programs of
+tests/tf/programs/ in a ConfigMap mounted at /programs, the TensorFlow image, and the
+progress lines the programs print, read back from the pods' logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hack.cluster import node as real_node_mod
+from tests.cluster.kube import Kube, wait_for
+from tests.conftest import Cluster
+
+PROGRAMS = Path(__file__).resolve().parent.parent / "tf" / "programs"
+PROGRAMS_CONFIGMAP = "tf-programs"
+MOUNT = "/programs"
+
+
+def programs_configmap(kube: Kube, ns: str) -> None:
+    """Every training program, as files of one ConfigMap."""
+    data = {p.name: p.read_text() for p in sorted(PROGRAMS.glob("*.py"))}
+    body = {"metadata": {"name": PROGRAMS_CONFIGMAP}, "data": data}
+    kube.req("POST", f"/api/v1/namespaces/{ns}/configmaps", body)
+
+
+def tf_template(program: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod template running ``program`` (a file of tests/tf/programs/) on the real node."""
+    container: dict[str, Any] = {
+        "name": "tensorflow",
+        "image": real_node_mod.TF_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["python3", f"{MOUNT}/{program}", *args],
+        "volumeMounts": [{"name": "programs", "mountPath": MOUNT, "readOnly": True}],
+    }
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {
+        "spec": {
+            "nodeSelector": dict(real_node_mod.NODE_LABELS),
+            "tolerations": [{**real_node_mod.REAL_NODE_TAINT, "operator": "Equal"}],
+            "terminationGracePeriodSeconds": 5,
+            "containers": [container],
+            "volumes": [{"name": "programs", "configMap": {"name": PROGRAMS_CONFIGMAP}}],
+        }
+    }
+
+
+def tf_job(name: str, replicas: dict[str, tuple[int, str, dict[str, Any]]], **spec: Any) -> Any:
+    """{replica type: (replicas, restartPolicy, template)} as a TFJob."""
+    specs = {
+        rtype: {"replicas": n, "restartPolicy": policy, "template": template}
+        for rtype, (n, policy, template) in replicas.items()
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {"tfReplicaSpecs": specs, **spec},
+    }
+
+
+def progress(cluster: Cluster, ns: str, pod: str, *extra: str) -> list[dict[str, Any]]:
+    """The progress lines of a pod's training program, in order."""
+    out = cluster.kubectl("logs", "-n", ns, pod, "-c", "tensorflow", *extra)
+    return progress_of(out)
+
+
+def progress_of(text: str) -> list[dict[str, Any]]:
+    lines = []
+    for line in text.splitlines():
+        if line.startswith('{"tfjob_progress"'):
+            lines.append(json.loads(line)["tfjob_progress"])
+    return lines
+
+
+def epoch_losses(lines: list[dict[str, Any]]) -> list[float]:
+    return [float(x["loss"]) for x in lines if x.get("event") == "epoch"]
+
+
+def wait_progress(
+    cluster: Cluster, ns: str, pod: str, done: Callable[[dict[str, Any]], bool], timeout: float
+) -> list[dict[str, Any]]:
+    """The pod's progress lines once one of them satisfies ``done``."""
+
+    def seen() -> list[dict[str, Any]] | None:
+        try:
+            lines = progress(cluster, ns, pod)
+        except subprocess.CalledProcessError:
+            return None  # not started yet
+        return lines if any(done(x) for x in lines) else None
+
+    return wait_for(seen, timeout, f"{ns}/{pod}: progress")
+
+
+def with_backup(template: dict[str, Any], host_dir: Path) -> dict[str, Any]:
+    """``template`` with ``host_dir`` (on the real node's host) at /backup: the directory
+    every pod of the job shares, for BackupAndRestore."""
+    spec = dict(template["spec"])
+    spec["volumes"] = [
+        *spec["volumes"],
+        {"name": "backup", "hostPath": {"path": str(host_dir), "type": "DirectoryOrCreate"}},
+    ]
+    container = dict(spec["containers"][0])
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        {"name": "backup", "mountPath": "/backup"},
+    ]
+    spec["containers"] = [container]
+    return {**template, "spec": spec}
