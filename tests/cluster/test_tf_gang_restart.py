@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from reconcile.api.names import GANG_RESTART_ANNOTATION
-from tests.cluster.kube import ControllerProcess, Kube, wait_job
+from tests.cluster.kube import ControllerProcess, Kube
 from tests.cluster.policy_helpers import rs
 from tests.cluster.test_real_node import _container_pid, container_status
 from tests.cluster.tf_workloads import (
@@ -27,6 +27,7 @@ from tests.cluster.tf_workloads import (
     progress,
     tf_job,
     tf_template,
+    wait_finished,
     wait_progress,
     with_backup,
 )
@@ -83,7 +84,7 @@ def test_a_killed_worker_restarts_the_gang_and_training_resumes(
     programs_configmap(kube, ns)
     kube.create_tfjob(ns, mwms_job(name, backup, gang_restart=True))
     last = kill_mid_training(cluster, ns, f"{name}-worker-{victim}", epoch=3)
-    done = wait_job(kube, ns, name, "Succeeded", timeout=360)
+    done = wait_finished(kube, ns, name, "Succeeded", timeout=360)
     # one restart for the gang, whatever the survivor did meanwhile (its exit 1)
     assert (done["status"].get("gangEpoch"), rs(done, "Worker")["restarts"]) == (1, 1)
     for i in range(2):
@@ -113,7 +114,7 @@ def test_without_gang_restart_the_survivor_fails_and_so_does_the_job(
     kube.create_tfjob(ns, mwms_job("plain", backup, gang_restart=False))
     kill_mid_training(cluster, ns, "plain-worker-1", epoch=3)
     t0 = time.monotonic()
-    failed = wait_job(kube, ns, "plain", "Failed", timeout=120)
+    failed = wait_finished(kube, ns, "plain", "Failed", timeout=120)
     print(f"job Failed {time.monotonic() - t0:.1f}s after the kill")
     survivor = container_status(kube.pod(ns, "plain-worker-0") or {})
     terminated = survivor["state"]["terminated"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kubeflow.training import TrainingClient
 
-from tests.cluster.kube import ControllerProcess, Kube, wait_job
+from tests.cluster.kube import ControllerProcess, Kube
 from tests.cluster.policy_helpers import rs
 from tests.cluster.tf_workloads import (
     epoch_losses,
@@ -17,6 +17,7 @@ from tests.cluster.tf_workloads import (
     progress_of,
     tf_job,
     tf_template,
+    wait_finished,
 )
 from tests.conftest import Cluster
 
@@ -48,7 +49,7 @@ def test_workers_only(
     ns = namespace
     programs_configmap(kube, ns)
     kube.create_tfjob(ns, tf_job("mwms", {"Worker": (2, "Never", FIT)}))
-    done = wait_job(kube, ns, "mwms", "Succeeded", timeout=300)
+    done = wait_finished(kube, ns, "mwms", "Succeeded", timeout=300)
     assert rs(done, "Worker")["succeeded"] >= 1  # worker 0 decides (upstream)
     pods = ["mwms-worker-0", "mwms-worker-1"]
     assert all(p["spec"]["nodeName"] == tf_node for p in kube.pods(ns, "mwms"))
@@ -70,6 +71,6 @@ def test_chief_and_workers(
     programs_configmap(kube, ns)
     job = tf_job("mwmsc", {"Chief": (1, "Never", FIT), "Worker": (2, "Never", FIT)})
     kube.create_tfjob(ns, job)
-    done = wait_job(kube, ns, "mwmsc", "Succeeded", timeout=300)
+    done = wait_finished(kube, ns, "mwmsc", "Succeeded", timeout=300)
     assert rs(done, "Chief")["succeeded"] == 1
     assert_trained_in_sync(cluster, ns, ["mwmsc-chief-0", "mwmsc-worker-0", "mwmsc-worker-1"], 3)

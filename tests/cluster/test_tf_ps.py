@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.kube import ControllerProcess, Kube, wait_job
+from tests.cluster.kube import ControllerProcess, Kube
 from tests.cluster.policy_helpers import rs
 from tests.cluster.tf_workloads import (
     epoch_losses,
@@ -19,6 +19,7 @@ from tests.cluster.tf_workloads import (
     progress,
     tf_job,
     tf_template,
+    wait_finished,
     wait_progress,
     with_backup,
 )
@@ -47,7 +48,11 @@ def test_chief_coordinates_and_the_evaluator_follows(
 ) -> None:
     ns = namespace
     programs_configmap(kube, ns)
-    ps = tf_template("ps_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20")
+    # The ps tasks hold the variables and write their shards of each checkpoint
+    # themselves, to the path the chief names: every task mounts the directory.
+    ps = with_backup(
+        tf_template("ps_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20"), shared
+    )
     chief = with_backup(
         tf_template(
             "ps_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20",
@@ -69,7 +74,7 @@ def test_chief_coordinates_and_the_evaluator_follows(
         },
     )
     kube.create_tfjob(ns, job)
-    done = wait_job(kube, ns, "pst", "Succeeded", timeout=300)
+    done = wait_finished(kube, ns, "pst", "Succeeded", timeout=300)
     assert rs(done, "Chief")["succeeded"] == 1
     lines = progress(cluster, ns, "pst-chief-0")
     assert lines[-1]["event"] == "done" and lines[-1]["workers"] == 2, lines

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hack.cluster import node as real_node_mod
-from tests.cluster.kube import Kube, wait_for
+from tests.cluster.kube import Kube, is_true, wait_for
 from tests.conftest import Cluster
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "tf" / "programs"
@@ -110,3 +110,27 @@ def with_backup(template: dict[str, Any], host_dir: Path) -> dict[str, Any]:
     ]
     spec["containers"] = [container]
     return {**template, "spec": spec}
+
+
+def wait_finished(kube: Kube, ns: str, name: str, want: str, timeout: float) -> dict[str, Any]:
+    """The job once it has finished, which must be ``want`` (Succeeded or Failed): a
+    training run that ends the other way fails the test at once, with its conditions
+    and pods' ends, rather than at the timeout."""
+
+    def finished() -> dict[str, Any] | None:
+        job = kube.tfjob(ns, name)
+        conds = ((job or {}).get("status") or {}).get("conditions") or []
+        done = [c for c in conds if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"]
+        return job if done else None
+
+    job = wait_for(finished, timeout, f"{name} finished")
+    if not is_true(job, want):
+        ends = {
+            p["metadata"]["name"]: [
+                s.get("state", {}).get("terminated", {}).get("exitCode")
+                for s in (p.get("status") or {}).get("containerStatuses") or []
+            ]
+            for p in kube.pods(ns, name)
+        }
+        raise AssertionError(f"{name} did not end {want}: {job['status']['conditions']}; {ends}")
+    return job
