@@ -1,7 +1,7 @@
 """MultiWorkerMirroredStrategy with real TensorFlow on the real node (`make e2e-tf`):
 tf.distribute accepts the TF_CONFIG the controller writes, the workers find each other
-through the headless services before any of them is Ready, train in sync, and the job
-Succeeds by the upstream rule. The training programs are tests/tf/programs/."""
+through the headless services it names, train in sync, and the job Succeeds by the
+upstream rule. The training programs are tests/tf/programs/."""
 
 from __future__ import annotations
 
