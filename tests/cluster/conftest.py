@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -69,6 +70,16 @@ def tf_node(real_node: str, cluster: Cluster) -> str:
             f"the TensorFlow image is not on the node:\n{proc.stderr[-6000:]}", pytrace=False
         )
     return real_node
+
+
+@pytest.fixture
+def host_dir(namespace: str) -> Iterator[Path]:
+    """A directory on the real node's host for this test's jobs to mount (hostPath,
+    DirectoryOrCreate): what all pods of a job share, such as a training backup or
+    checkpoints. Removed after the test."""
+    d = Path("/var/tmp/tfjob-e2e") / namespace
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

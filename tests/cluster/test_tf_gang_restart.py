@@ -8,10 +8,8 @@ directory every pod of the job mounts (one real node)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +35,6 @@ pytestmark = [pytest.mark.local_only, pytest.mark.tf]
 
 EPOCHS = 10
 STEPS = 30
-#: host directories for the jobs' backups (removed after each test)
-BACKUPS = Path("/var/tmp/tfjob-e2e")
-
-
-@pytest.fixture
-def backup(namespace: str) -> Iterator[Path]:
-    d = BACKUPS / namespace
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def mwms_job(name: str, backup: Path, *, gang_restart: bool) -> dict[str, Any]:
@@ -78,11 +67,11 @@ def test_a_killed_worker_restarts_the_gang_and_training_resumes(
     kube: Kube,
     cluster: Cluster,
     namespace: str,
-    backup: Path,
+    host_dir: Path,
 ) -> None:
     ns, name = namespace, f"gang{victim}"
     programs_configmap(kube, ns)
-    kube.create_tfjob(ns, mwms_job(name, backup, gang_restart=True))
+    kube.create_tfjob(ns, mwms_job(name, host_dir, gang_restart=True))
     last = kill_mid_training(cluster, ns, f"{name}-worker-{victim}", epoch=3)
     done = wait_finished(kube, ns, name, "Succeeded", timeout=360)
     # one restart for the gang, whatever the survivor did meanwhile (its exit 1)
@@ -104,14 +93,14 @@ def test_without_gang_restart_the_survivor_fails_and_so_does_the_job(
     kube: Kube,
     cluster: Cluster,
     namespace: str,
-    backup: Path,
+    host_dir: Path,
 ) -> None:
     """What a user of upstream gets today, and of ours without the annotation: the killed
     worker's 137 is retryable under ExitCode, but the surviving worker's collective
     fails within seconds (exit 1), which ExitCode takes as the program's own verdict."""
     ns = namespace
     programs_configmap(kube, ns)
-    kube.create_tfjob(ns, mwms_job("plain", backup, gang_restart=False))
+    kube.create_tfjob(ns, mwms_job("plain", host_dir, gang_restart=False))
     kill_mid_training(cluster, ns, "plain-worker-1", epoch=3)
     t0 = time.monotonic()
     failed = wait_finished(kube, ns, "plain", "Failed", timeout=120)

@@ -5,8 +5,6 @@ without joining the training cluster."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,14 +26,6 @@ from tests.conftest import Cluster
 pytestmark = [pytest.mark.local_only, pytest.mark.tf]
 
 EPOCHS = 4
-CHECKPOINTS = Path("/var/tmp/tfjob-e2e")
-
-
-@pytest.fixture
-def shared(namespace: str) -> Iterator[Path]:
-    d = CHECKPOINTS / namespace
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def test_chief_coordinates_and_the_evaluator_follows(
@@ -44,25 +34,25 @@ def test_chief_coordinates_and_the_evaluator_follows(
     kube: Kube,
     cluster: Cluster,
     namespace: str,
-    shared: Path,
+    host_dir: Path,
 ) -> None:
     ns = namespace
     programs_configmap(kube, ns)
     # The ps tasks hold the variables and write their shards of each checkpoint
     # themselves, to the path the chief names: every task mounts the directory.
     ps = with_backup(
-        tf_template("ps_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20"), shared
+        tf_template("ps_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20"), host_dir
     )
     chief = with_backup(
         tf_template(
             "ps_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20",
             "--checkpoint-dir", "/backup",
         ),
-        shared,
+        host_dir,
     )  # fmt: skip
     evaluator = with_backup(
         tf_template("evaluator.py", "--epochs", str(EPOCHS), "--checkpoint-dir", "/backup"),
-        shared,
+        host_dir,
     )
     job = tf_job(
         "pst",
