@@ -39,7 +39,6 @@ from reconcile.objects.pods import (
     phase_of,
     restart_count,
     started_at,
-    tfjob_owner,
     uid_of,
 )
 
@@ -73,8 +72,6 @@ class ObservedPod:
     restarts: int
     #: the whole-gang restart epoch label; 0 without it, -1 when unreadable
     epoch: int
-    #: the UID of the TFJob that is the pod's controller, if one is
-    owner_uid: str | None
     created: datetime | None
     started: datetime | None
     finished: datetime | None
@@ -85,7 +82,6 @@ class ObservedPod:
 def observe(pod: Mapping[str, Any]) -> ObservedPod:
     """The view of ``pod``, which is only read."""
     status = pod.get("status") or {}
-    owner = tfjob_owner(pod)
     return ObservedPod(
         raw=pod,  # type: ignore[arg-type]  # a cached pod: held, never written
         name=name_of(pod),
@@ -103,7 +99,6 @@ def observe(pod: Mapping[str, Any]) -> ObservedPod:
         exit_code=exit_code(pod),
         restarts=restart_count(pod),
         epoch=_epoch(pod),
-        owner_uid=str(owner.get("uid") or "") if owner is not None else None,
         created=created_at(pod),
         started=started_at(pod),
         finished=finished_at(pod),

@@ -36,6 +36,7 @@ from reconcile.api.models import TFJob
 from reconcile.api.names import RETIRED_ANNOTATION
 from reconcile.api.status_types import JobStatus, ReplicaStatus, parse_indexes
 from reconcile.objects.observed import ObservedPod
+from reconcile.objects.pods import is_tracked, tfjob_owner
 from reconcile.policy.pod_outcome import deleted_by_suspend
 
 #: A strategic-merge patch removes one value from a list of strings; ``uid`` makes it a
@@ -68,11 +69,12 @@ def tracked(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
     return [p for p in pods if p.tracked]
 
 
-def strays(pods: Iterable[ObservedPod], uid: str | None) -> list[ObservedPod]:
+def strays(pods: Iterable[JSON], uid: str | None) -> list[JSON]:
     """Tracked pods a TFJob of this name controlled that is not the job with ``uid``
     (None: there is no such job now): left by a job deleted while the controller was
-    down, or before the job was recreated under the same name."""
-    return [p for p in pods if p.tracked and p.owner_uid is not None and p.owner_uid != uid]
+    down, or before the job was recreated under the same name. Cached objects, not
+    views: every pass checks this before it reads its own pods, and two fields decide."""
+    return [p for p in pods if is_tracked(p) and (ref := tfjob_owner(p)) and ref.get("uid") != uid]
 
 
 def settled_releases(

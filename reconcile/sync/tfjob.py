@@ -49,7 +49,7 @@ from controller.types import (
     split_key,
 )
 from reconcile.api.spec import JobView, SpecCache
-from reconcile.objects.observed import observe_all, raws
+from reconcile.objects.observed import observe_all
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.policy import conditions as cond
 from reconcile.policy.failures import CreateFailures
@@ -320,7 +320,7 @@ class TFJobReconciler:
     def _strays(self, key: str, uid: str | None) -> list[JSON]:
         """Tracked pods of this name whose TFJob is not the one with ``uid``."""
         named = self.caches.pods.by_index(CONTROLLER_NAME_INDEX, key)
-        return raws(strays(observe_all(named), uid))
+        return strays(named, uid)
 
     async def _release_strays(
         self, key: str, stray: list[JSON], *, outcome: str = "releasing-strays"

@@ -69,8 +69,8 @@ def no_status(p: PodBuilder) -> dict[str, Any]:
         pytest.param(epoch(pod(), "4"), {"epoch": 4}, id="gang-epoch"),
         pytest.param(epoch(pod(), "four"), {"epoch": -1}, id="gang-epoch-unreadable"),
         pytest.param(pod(2).uid("u-2").obj(),
-                     {"name": "j-worker-2", "uid": "u-2", "rtype": "worker", "index": 2,
-                      "owner_uid": "job-uid"}, id="identity"),
+                     {"name": "j-worker-2", "uid": "u-2", "rtype": "worker", "index": 2},
+                     id="identity"),
     ],
 )  # fmt: skip
 def test_observe(raw: dict[str, Any], want: dict[str, Any]) -> None:
@@ -80,9 +80,9 @@ def test_observe(raw: dict[str, Any], want: dict[str, Any]) -> None:
     assert view.raw is raw and raw == before  # held as it is, never changed
 
 
-def test_a_pod_without_our_owner_or_labels() -> None:
+def test_a_pod_without_labels() -> None:
     view = observe({"metadata": {"name": "x", "labels": {}}})
-    assert (view.owner_uid, view.rtype, view.index, view.uid) == (None, None, None, "")
+    assert (view.rtype, view.index, view.uid) == (None, None, "")
 
 
 def test_views_compare_by_what_is_read_not_by_the_object() -> None:

@@ -117,11 +117,13 @@ def test_a_pod_deleted_before_any_node_took_it_is_a_disruption() -> None:
 
 def test_strays_are_tracked_pods_of_another_job_of_that_name() -> None:
     old = make_tfjob("t", uid="old").worker(1).obj()
-    stray = make_pod(old, "Worker", 0).succeeded().tracked().view()
-    mine = make_pod(JOB, "Worker", 0).running().tracked().view()
-    untracked = make_pod(old, "Worker", 1).running().view()
+    stray = make_pod(old, "Worker", 0).succeeded().tracked().obj()
+    mine = make_pod(JOB, "Worker", 0).running().tracked().obj()
+    untracked = make_pod(old, "Worker", 1).running().obj()
     pods = [stray, mine, untracked]
-    assert [p.uid for p in strays(pods, JOB["metadata"]["uid"])] == [stray.uid]
+    assert [p["metadata"]["uid"] for p in strays(pods, JOB["metadata"]["uid"])] == [
+        stray["metadata"]["uid"]
+    ]
     assert len(strays(pods, None)) == 2
 
 
