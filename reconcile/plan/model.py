@@ -87,12 +87,10 @@ class Plan:
     retired: frozenset[str] = frozenset()
     status: JSON | None = None  # the complete new .status if it differs, else None
     #: the status change is progress: it moves only replica counts and the Running
-    #: condition, what a pass still waiting on its own creates may report
-    #: (reconcile.sync.tfjob)
+    #: condition (which has no event). A pass still waiting on its own creates may
+    #: report it (reconcile.sync.tfjob), and its write may wait for company (the pacer,
+    #: reconcile.sync.pacing)
     progress: bool = False
-    #: progress with no transition event of its own: the write may wait for company
-    #: (the pacer, reconcile.sync.pacing)
-    paced: bool = False
     events: list[EventIntent] = field(default_factory=list)
     requeue_after: float | None = None  # earliest due timer
     delete_job: bool = False  # ttlSecondsAfterFinished expired
@@ -107,11 +105,9 @@ def status_plan(old: JobStatus, new: JobStatus, *, failed_event_type: str = cond
         old.conditions, new.conditions, failed_event_type=failed_event_type
     )
     status = changed(old, new)
-    progress = status is not None and is_progress_only(old, new)
     return Plan(
         status=status,
-        progress=progress,
-        paced=progress and not events,
+        progress=status is not None and is_progress_only(old, new),
         events=list(events),
     )
 
@@ -156,7 +152,6 @@ def with_children(
         retired=retired,
         status=plan.status,
         progress=plan.progress,
-        paced=plan.paced,
         events=plan.events,
         requeue_after=requeue_after,
         podgroup=podgroup,

@@ -49,7 +49,7 @@ class StatusWrites:
         requeue_after = plan.requeue_after
         if plan.status is None:
             return requeue_after
-        wait = self.memory.pacer.delay(key) if plan.paced else 0.0
+        wait = self.memory.pacer.delay(key) if plan.progress else 0.0
         if wait > 0:
             structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
             return wait if requeue_after is None else min(requeue_after, wait)

@@ -199,11 +199,10 @@ def test_status_only_gives_the_same_status_and_events_without_children() -> None
     full = compute_plan(snap, CFG)
     alone = compute_plan(snap, CFG, status_only=True)
     assert len(full.create_pods) == 2 and len(full.create_services) == 3
-    assert (alone.status, alone.events, alone.progress, alone.paced) == (
+    assert (alone.status, alone.events, alone.progress) == (
         full.status,
         full.events,
         full.progress,
-        full.paced,
     )
     assert alone.create_pods == alone.create_services == alone.delete_pods == []
     assert alone.release_pods == [] and alone.podgroup is None

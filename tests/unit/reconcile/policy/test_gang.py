@@ -3,6 +3,7 @@ and the gate that keeps pods back until the gang may run (reconcile.policy.gang,
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal
 from typing import Any
 
@@ -19,6 +20,7 @@ from reconcile.policy.gang import (
     VOLCANO_TASK_ANNOTATION,
     Gang,
     GangKind,
+    decorated_pod,
     desired_podgroup,
     gang_from_flag,
     spec_patch,
@@ -271,3 +273,17 @@ def test_a_podgroup_being_deleted_is_waited_out() -> None:
     pg["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     plan = compute_plan(snapshot(job, pg), PlanConfig(gang=PLUGINS))
     assert plan.podgroup is None and plan.create_pods == []
+
+
+@pytest.mark.parametrize("gang", [PLUGINS, VOLCANO], ids=["scheduler-plugins", "volcano"])
+def test_decorated_pod_is_a_new_body(gang: Gang) -> None:
+    """The planner's pod bodies are decorated into new ones: the given body (and its
+    labels, annotations and spec) are left as they were."""
+    pod = {
+        "metadata": {"name": "t-worker-0", "labels": {"a": "b"}, "annotations": {"c": "d"}},
+        "spec": {"containers": []},
+    }
+    before = copy.deepcopy(pod)
+    out = decorated_pod(pod, gang, "t", "Worker")
+    assert pod == before
+    assert out["spec"]["schedulerName"] == gang.scheduler_name
