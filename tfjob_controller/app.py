@@ -56,6 +56,7 @@ from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX
 from reconcile.api.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.api.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
+from reconcile.policy.collateral import DEFAULT_WINDOW
 from reconcile.policy.gang import KIND as PODGROUP_KIND
 from reconcile.policy.gang import PLURAL as PODGROUP_PLURAL
 from reconcile.policy.gang import Gang, gang_from_flag
@@ -167,6 +168,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=BackoffPolicy.max_seconds,
         help="cap of the replacement backoff in seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--collateral-window",
+        type=float,
+        default=DEFAULT_WINDOW.total_seconds(),
+        help="seconds after a peer's retryable end in which a permanent end of a"
+        " whole-gang-restart job is the restart's doing, not the job's failure; a"
+        " permanent end is held that long for such a peer end to arrive (default"
+        " %(default)s)",
     )
     p.add_argument(
         "--event-loop",
@@ -350,6 +360,7 @@ async def run(args: argparse.Namespace) -> int:
                 backoff_base_seconds=args.restart_backoff_base,
                 backoff_max_seconds=args.restart_backoff_max,
                 gang=gang,
+                collateral_window_seconds=args.collateral_window,
             ),
             metrics=job_metrics,
             failed_create_grace=args.failed_create_grace,

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from reconcile.api.labels import replica_name
 from reconcile.api.models import TFJob
 from reconcile.api.names import CHIEF_TYPES, ReplicaType
 from reconcile.api.status_types import JobStatus, ReplicaStatus
 from reconcile.objects.observed import ObservedPod, group_pods
 from reconcile.plan.model import Plan, PlanConfig, Snapshot, status_plan, with_children
 from reconcile.plan.podgroup import GangStep, gang_step, podgroup_delete
+from reconcile.policy import collateral, gang_restart
 from reconcile.policy import conditions as cond
-from reconcile.policy import gang_restart
 from reconcile.policy.children import (
     foreign_pods,
     new_pods,
@@ -46,6 +47,8 @@ class _Pass:
     whole_gang: bool
     #: pods of an earlier gang epoch, going (policy.gang_restart): never accounted
     stale: list[ObservedPod]
+    #: permanent ends the accounting leaves out (policy.collateral; whole gang only)
+    collateral: collateral.Collateral
 
 
 def active_plan(
@@ -57,7 +60,14 @@ def active_plan(
     (the verdict's cleanup) or run (creates, deletes, releases, the PodGroup). Each step
     is a function of what the steps before it returned."""
     p = _begin(snap, tfjob, now, config)
-    outcomes = account(p.snap, tfjob, p.old, config, resumed_at=p.clock.resumed_at)
+    outcomes = account(
+        p.snap,
+        tfjob,
+        p.old,
+        config,
+        resumed_at=p.clock.resumed_at,
+        deferred=p.collateral.deferred,
+    )
     ends = [f"{rt}-{end}" for rt, o in outcomes.items() for end in o.ends]
     restart_type = _gang_restart_trigger(p, outcomes)
     if restart_type is not None:
@@ -71,6 +81,8 @@ def active_plan(
     new = _admission(p, new, gang)
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
     plan = replace(status_plan(p.old, new, failed_event_type=failed_event_type), ends=ends)
+    if verdict is not None and not verdict.succeeded and not p.whole_gang:
+        plan = _failed_after_peer(p, plan, outcomes)
     if status_only:
         return plan
     if verdict is not None:
@@ -86,7 +98,46 @@ def _begin(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> _
         current, stale = gang_restart.split_by_epoch(snap.pods, old.gang_epoch)
         snap = replace(snap, pods=current)
     clock = active_clock(old, tfjob.name, now)
-    return _Pass(snap, tfjob, old, now, clock, config, whole, stale)
+    held = collateral.NONE
+    if whole:
+        ends = collateral.read_ends(
+            snap.pods, _policies(tfjob), snap.now, resumed_at=clock.resumed_at
+        )
+        held = collateral.collateral(ends, snap.now, _window(config), whole_gang=True)
+    return _Pass(snap, tfjob, old, now, clock, config, whole, stale, held)
+
+
+def _policies(tfjob: TFJob) -> dict[str, str]:
+    return {rt.lower(): rspec.policy for rt, rspec in tfjob.replica_specs.items()}
+
+
+def _window(config: PlanConfig) -> timedelta:
+    return timedelta(seconds=config.collateral_window_seconds)
+
+
+def _failed_after_peer(p: _Pass, plan: Plan, outcomes: Mapping[str, ReplicaAccount]) -> Plan:
+    """Without whole-gang restart: a permanent end that failed the job soon after a
+    peer's retryable one is named in a Warning event, once (the pass that fails the job)."""
+    if not any(o.permanent_failure is not None for o in outcomes.values()):
+        return plan
+    ends = collateral.read_ends(
+        p.snap.pods, _policies(p.tfjob), p.snap.now, resumed_at=p.clock.resumed_at
+    )
+    earlier = [
+        collateral.Trouble(replica_name(p.tfjob.name, rt, int(i)), rec.last_failure_time)
+        for rt, rs in p.old.replica_statuses.items()
+        for i, rec in rs.index_retries.items()
+        if rec.last_failure_time is not None and i.isdigit()
+    ]
+    found = collateral.collateral(
+        ends, p.snap.now, _window(p.config), whole_gang=False, earlier=earlier
+    )
+    if not found.followed:
+        return plan
+    first = found.followed[0]
+    message = cond.msg_failed_after_peer(p.tfjob.name, first.pod, first.peer, first.seconds)
+    event = cond.EventIntent(cond.WARNING, cond.REASON_FAILED_AFTER_PEER, message)
+    return replace(plan, events=[*plan.events, event])
 
 
 def _gang_restart_trigger(p: _Pass, outcomes: Mapping[str, ReplicaAccount]) -> str | None:
@@ -195,6 +246,8 @@ def _running(
         tfjob, p.snap.services, operator_name=config.operator_name
     )
     waits = [o.wait for o in outcomes.values() if o.wait is not None]
+    if p.collateral.wait is not None:
+        waits.append(p.collateral.wait)
     if deadline_in is not None:
         waits.append(deadline_in)
     return with_children(
@@ -217,6 +270,7 @@ def account(
     config: PlanConfig,
     *,
     resumed_at: datetime | None,
+    deferred: frozenset[str] = frozenset(),
 ) -> dict[str, ReplicaAccount]:
     """Fold every replica type's observed pods into its durable record (policy.restart)."""
     pods_by_type = group_pods(snap.pods)
@@ -234,6 +288,7 @@ def account(
             snap.now,
             config.backoff,
             resumed_at=resumed_at,
+            deferred=deferred,
         )
         for rtype, rspec in tfjob.replica_specs.items()
     }

@@ -15,6 +15,7 @@ from reconcile.api.status_types import JobStatus
 from reconcile.objects.observed import ObservedPod, raws
 from reconcile.policy import conditions as cond
 from reconcile.policy.cleanup import Cleanup
+from reconcile.policy.collateral import DEFAULT_WINDOW
 from reconcile.policy.conditions import EventIntent
 from reconcile.policy.failures import PersistentFailure
 from reconcile.policy.gang import (
@@ -38,6 +39,8 @@ class PlanConfig:
     operator_name: str = DEFAULT_OPERATOR_NAME
     #: gang scheduling (reconcile.policy.gang): --gang-scheduler-name, None when off
     gang: Gang | None = None
+    #: how long a permanent end after a peer's is collateral (reconcile.policy.collateral)
+    collateral_window_seconds: float = DEFAULT_WINDOW.total_seconds()
 
     @property
     def backoff(self) -> BackoffPolicy:

@@ -254,6 +254,20 @@ def msg_deleted_pod_group(name: str) -> str:
     return f"Deleted PodGroup: {name}"
 
 
+REASON_FAILED_AFTER_PEER = "FailedAfterPeerEnd"
+
+
+def msg_failed_after_peer(name: str, pod: str, peer: str, seconds: int) -> str:
+    return (
+        f"TFJob {name}: pod {pod} failed {seconds}s after its peer {peer} ended in a way"
+        " the job retries (a kill, a retried failure, a deletion). When one task of a"
+        " synchronous job (MultiWorkerMirroredStrategy) dies, the others' collective ops"
+        " fail within seconds, and that failure failed the job. The annotation"
+        ' training.kubeflow.org/gang-restart: "true" restarts every pod together instead,'
+        " and such failures no longer fail the job."
+    )
+
+
 def msg_gang_restart(name: str, rtype: str) -> str:
     return (
         f"TFJob {name} is restarting its whole gang: a {rtype} pod ended, so every pod is"

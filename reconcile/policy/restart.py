@@ -101,9 +101,11 @@ def account_replica(
     backoff: BackoffPolicy,
     *,
     resumed_at: datetime | None = None,
+    deferred: frozenset[str] = frozenset(),
 ) -> ReplicaAccount:
     """Fold the observed pods of one replica type into its durable record and decide which
-    indexes need a pod now, which pods go, and when to look again."""
+    indexes need a pod now, which pods go, and when to look again. Pods whose UID is in
+    ``deferred`` (policy.collateral) occupy their index and are not judged yet."""
     succeeded = set(i for i in parse_indexes(old.succeeded_indexes) if i < inp.replicas)
     failed = set(i for i in parse_indexes(old.failed_indexes) if i < inp.replicas)
     retries: dict[int, IndexRetry] = {
@@ -140,6 +142,8 @@ def account_replica(
                     delete.append(pod)
                 continue
             restarts, rec = _fold_container_restarts(pod, uid, rec, restarts)
+            if uid in deferred:
+                continue
             outcome = pod_outcome(pod, inp.restart_policy, resumed_at=resumed_at)
             if outcome is PodOutcome.RUNNING:
                 replacement_running = not pod.terminating

@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import os
 import signal
-import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reconcile.api.names import GANG_RESTART_ANNOTATION
-from tests.cluster.kube import ControllerProcess, Kube
+from tests.cluster.kube import ControllerProcess, Kube, wait_for
 from tests.cluster.policy_helpers import rs
 from tests.cluster.test_real_node import _container_pid, container_status
 from tests.cluster.tf_workloads import (
     epoch_losses,
+    parse_rfc3339,
     programs_configmap,
     progress,
     tf_job,
     tf_template,
+    timed_progress,
     wait_finished,
     wait_progress,
     with_backup,
@@ -49,14 +51,33 @@ def mwms_job(name: str, backup: Path, *, gang_restart: bool) -> dict[str, Any]:
     return job
 
 
-def kill_mid_training(cluster: Cluster, ns: str, pod: str, epoch: int) -> dict[str, Any]:
+def kill_mid_training(
+    cluster: Cluster, ns: str, pod: str, epoch: int
+) -> tuple[dict[str, Any], datetime]:
     """SIGKILL the pod's training process once it has trained into ``epoch``; the last
-    progress line it printed before."""
+    progress line it printed before, and when the kill was sent."""
     lines = wait_progress(
         cluster, ns, pod, lambda x: x.get("event") == "step" and x["epoch"] >= epoch, 180
     )
     os.kill(_container_pid(cluster, ns, pod), signal.SIGKILL)
-    return lines[-1]
+    return lines[-1], datetime.now(UTC)
+
+
+def restart_timeline(
+    cluster: Cluster, kube: Kube, ns: str, name: str, killed: datetime
+) -> dict[str, float]:
+    """Seconds from the kill until every pod of the new epoch was created, had started
+    its program (TensorFlow imported, the backup restored) and had trained a step."""
+    created, started, training = [], [], []
+    for pod in kube.pods(ns, name):
+        created.append(parse_rfc3339(pod["metadata"]["creationTimestamp"]))
+        lines = timed_progress(cluster, ns, pod["metadata"]["name"])
+        started.append(next(t for t, x in lines if x["event"] == "start"))
+        training.append(next(t for t, x in lines if x["event"] == "step"))
+    return {
+        what: round((max(times) - killed).total_seconds(), 1)
+        for what, times in (("created", created), ("started", started), ("training", training))
+    }
 
 
 @pytest.mark.parametrize("victim", [1, 0])
@@ -72,8 +93,13 @@ def test_a_killed_worker_restarts_the_gang_and_training_resumes(
     ns, name = namespace, f"gang{victim}"
     programs_configmap(kube, ns)
     kube.create_tfjob(ns, mwms_job(name, host_dir, gang_restart=True))
-    last = kill_mid_training(cluster, ns, f"{name}-worker-{victim}", epoch=3)
+    last, killed = kill_mid_training(cluster, ns, f"{name}-worker-{victim}", epoch=3)
     done = wait_finished(kube, ns, name, "Succeeded", timeout=360)
+    timeline = restart_timeline(cluster, kube, ns, name, killed)
+    print(f"gang restart, seconds after the kill of worker {victim}: {timeline}")
+    # the pods come back after the first failure's backoff (10 s) and a kubelet's start;
+    # a survivor waiting out its grace period, or a lost event, would show here
+    assert timeline["created"] < 20, timeline
     # one restart for the gang, whatever the survivor did meanwhile (its exit 1)
     assert (done["status"].get("gangEpoch"), rs(done, "Worker")["restarts"]) == (1, 1)
     for i in range(2):
@@ -101,11 +127,29 @@ def test_without_gang_restart_the_survivor_fails_and_so_does_the_job(
     ns = namespace
     programs_configmap(kube, ns)
     kube.create_tfjob(ns, mwms_job("plain", host_dir, gang_restart=False))
-    kill_mid_training(cluster, ns, "plain-worker-1", epoch=3)
-    t0 = time.monotonic()
+    _, killed = kill_mid_training(cluster, ns, "plain-worker-1", epoch=3)
     failed = wait_finished(kube, ns, "plain", "Failed", timeout=120)
-    print(f"job Failed {time.monotonic() - t0:.1f}s after the kill")
     survivor = container_status(kube.pod(ns, "plain-worker-0") or {})
     terminated = survivor["state"]["terminated"]
     assert terminated["exitCode"] == 1
     assert rs(failed, "Worker")["failed"] >= 1
+    # the survivor's last words (the collective's error, on stderr) and when
+    logged = cluster.kubectl("logs", "-n", ns, "plain-worker-0", "--timestamps").splitlines()
+    last_words = parse_rfc3339(logged[-1].split(" ", 1)[0])
+    print(f"survivor failed {(last_words - killed).total_seconds():.1f}s after the kill")
+    assert any("Collective ops is aborted" in x or "UnavailableError" in x for x in logged)
+
+    # said once, in a Warning event naming both pods and whole-gang restart
+    def warned() -> list[dict[str, Any]] | None:
+        found = [
+            e
+            for e in kube.events(ns)
+            if e.get("reason") == "FailedAfterPeerEnd" and e["involvedObject"]["name"] == "plain"
+        ]
+        return found or None
+
+    said = wait_for(warned, 30, "the FailedAfterPeerEnd event")
+    assert len(said) == 1 and said[0]["type"] == "Warning", said
+    message = said[0]["message"]
+    assert "plain-worker-0 failed" in message and "peer plain-worker-1" in message, message
+    assert GANG_RESTART_ANNOTATION in message

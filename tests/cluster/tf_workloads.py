@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,25 @@ def progress_of(text: str) -> list[dict[str, Any]]:
         if line.startswith('{"tfjob_progress"'):
             lines.append(json.loads(line)["tfjob_progress"])
     return lines
+
+
+def timed_progress(cluster: Cluster, ns: str, pod: str) -> list[tuple[datetime, dict[str, Any]]]:
+    """The progress lines of a pod with the time the container runtime logged each at
+    (``kubectl logs --timestamps``: the real node's clock, which is this machine's)."""
+    out = cluster.kubectl("logs", "-n", ns, pod, "-c", "tensorflow", "--timestamps")
+    lines = []
+    for line in out.splitlines():
+        stamp, _, text = line.partition(" ")
+        if text.startswith('{"tfjob_progress"'):
+            lines.append((parse_rfc3339(stamp), json.loads(text)["tfjob_progress"]))
+    return lines
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """An RFC 3339 time with up to nanoseconds (Python's parser takes microseconds)."""
+    head, _, frac = text.rstrip("Z").partition(".")
+    micros = f".{frac[:6]}" if frac else ""
+    return datetime.fromisoformat(f"{head}{micros}+00:00")
 
 
 def epoch_losses(lines: list[dict[str, Any]]) -> list[float]:
