@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test kind-e2e node-binaries tf-image e2e-tf
+	image-test kind-e2e node-binaries tf-image e2e-tf run-tf
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -48,6 +48,12 @@ cluster-down:
 # The controller on the local cluster with a sample TFJob, printing its progress.
 run: cluster
 	$(PY) -m hack.run_local
+
+# Real TensorFlow in one command: the local cluster with the real node and the TensorFlow
+# image, the controller, and the MultiWorkerMirroredStrategy sample trained to the end.
+run-tf: binaries tf-image
+	hack/cluster.sh up --gang scheduler-plugins --real-node --tf-image
+	$(PY) -m hack.run_tf
 
 lint: venv
 	$(PY) -m hack.check_layers

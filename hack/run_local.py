@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -57,20 +58,7 @@ def main() -> int:
         return 1
     api = cluster_mod.Api(d, state["ports"]["apiserver"])
     kubeconfig = d / "kubeconfig"
-    logf = open(d / "logs" / "tfjob-controller.log", "ab")
-    exe = REPO / ".venv" / "bin" / "tfjob-controller"
-    ctrl = subprocess.Popen(
-        [
-            str(exe) if exe.exists() else "tfjob-controller",
-            f"--kubeconfig={kubeconfig}",
-            "--log-format=json",
-            "--metrics-bind-address=127.0.0.1:0",
-            "--health-probe-bind-address=127.0.0.1:0",
-        ],
-        stdout=logf,
-        stderr=subprocess.STDOUT,
-    )
-    say(f"controller started (pid {ctrl.pid}); log: {d / 'logs' / 'tfjob-controller.log'}")
+    ctrl = start_controller(d)
     names = []
     try:
         for f in sorted((REPO / "config" / "samples").glob("*.yaml")):
@@ -137,12 +125,35 @@ def main() -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if ctrl.poll() is None:
-            ctrl.send_signal(signal.SIGTERM)
-            try:
-                ctrl.wait(20)
-            except subprocess.TimeoutExpired:
-                ctrl.kill()
+        stop_controller(ctrl)
+
+
+def start_controller(d: Path) -> subprocess.Popen[bytes]:
+    """tfjob-controller against the cluster in ``d``, its log in d/logs."""
+    logf = open(d / "logs" / "tfjob-controller.log", "ab")
+    exe = REPO / ".venv" / "bin" / "tfjob-controller"
+    ctrl = subprocess.Popen(
+        [
+            str(exe) if exe.exists() else "tfjob-controller",
+            f"--kubeconfig={d / 'kubeconfig'}",
+            "--log-format=json",
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+        ],
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+    )
+    say(f"controller started (pid {ctrl.pid}); log: {d / 'logs' / 'tfjob-controller.log'}")
+    return ctrl
+
+
+def stop_controller(ctrl: subprocess.Popen[bytes]) -> None:
+    if ctrl.poll() is None:
+        ctrl.send_signal(signal.SIGTERM)
+        try:
+            ctrl.wait(20)
+        except subprocess.TimeoutExpired:
+            ctrl.kill()
 
 
 def finish_when_running(api: cluster_mod.Api, job: dict[str, Any]) -> set[str]:

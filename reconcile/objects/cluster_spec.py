@@ -1,14 +1,27 @@
 """TF_CONFIG: the cluster description every TensorFlow process reads (docs/semantics.md#tf_config).
 
-The value must be byte-identical to upstream's, because user code and TensorFlow's
-``TFConfigClusterResolver`` parse it and people diff it when debugging. Upstream builds it
-with Go's ``json.Marshal``, which means:
+The value is byte-identical to upstream's except where TensorFlow itself refuses or hangs
+on upstream's (below), because user code and TensorFlow's ``TFConfigClusterResolver``
+parse it and people diff it when debugging. Upstream builds it with Go's
+``json.Marshal``, which means:
 
 - compact output, no spaces;
 - map keys sorted (the ``cluster`` map), struct fields in declaration order
   (``cluster``, ``task{type,index}``, ``environment``);
 - ``<``, ``>``, ``&``, U+2028 and U+2029 escaped as ``\\u003c`` etc.;
-- a nil slice marshals as ``null`` (the sparse form's ``"ps":null`` when there is no PS).
+- a nil slice marshals as ``null`` (the sparse form's ``"ps":null`` when there is no PS;
+  we write ``[]``, below).
+
+Where TensorFlow showed upstream's value to be wrong (tests/cluster/test_tf_ps.py):
+
+- no task's ``cluster`` lists the evaluators. A sidecar evaluator runs no server and joins
+  no cluster; ParameterServerStrategy's coordinator connects to every task its cluster
+  names and waits for the evaluator forever (kubeflow/trainer#1213), and TensorFlow's
+  cluster validation refuses a cluster with more than one evaluator on *every* task.
+  TensorFlow allows an evaluator's own task to be missing from its cluster, so each
+  evaluator gets the training cluster and its task;
+- the sparse form of a job without PS has ``"ps":[]``: ``tf.train.ClusterSpec`` raises a
+  TypeError on ``null``.
 
 Dynamic workers (``enableDynamicWorker``) get upstream's sparse form: each worker sees only
 itself and the PS list, each PS only itself, so workers can come and go without the others'
@@ -32,6 +45,7 @@ from reconcile.api.names import (
     DEFAULT_PORT,
     DEFAULT_PORT_NAME,
     STATUS_ORDER,
+    ReplicaType,
     tensorflow_container_index,
 )
 
@@ -127,6 +141,8 @@ def cluster_layout(
     cluster: dict[str, list[str]] = {}
     distributed = is_distributed(members)
     for rtype in sorted(members, key=str.lower) if distributed else ():
+        if rtype == ReplicaType.EVALUATOR:
+            continue  # joins no cluster: see the module's docstring
         m = members[rtype]
         cluster[rtype.lower()] = [
             address(job_name, namespace, rtype, i, m.port, cluster_domain)
@@ -138,11 +154,12 @@ def cluster_layout(
 def _sparse(cluster: Mapping[str, list[str]], rtype: str, index: int) -> dict[str, Any]:
     # Field order worker, ps: the order of upstream's SparseClusterSpec struct.
     workers: dict[str, str] = {}
-    ps: list[str] | None = []
+    ps: list[str] = []
     if rtype == "ps":
         ps = [cluster["ps"][index]]
     elif rtype == "worker":
         workers[str(index)] = cluster["worker"][index]
-        # Go copies the PS slice; a job without PS has a nil slice, which marshals as null.
-        ps = list(cluster["ps"]) if "ps" in cluster else None
+        # Upstream's job without PS has a nil slice here, which marshals as null: a
+        # TypeError in tf.train.ClusterSpec. An empty list says the same and parses.
+        ps = list(cluster.get("ps", ()))
     return {"worker": workers, "ps": ps}

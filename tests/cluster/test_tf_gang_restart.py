@@ -153,3 +153,50 @@ def test_without_gang_restart_the_survivor_fails_and_so_does_the_job(
     message = said[0]["message"]
     assert "plain-worker-0 failed" in message and "peer plain-worker-1" in message, message
     assert GANG_RESTART_ANNOTATION in message
+
+
+@pytest.mark.parametrize("gang_restart", [True, False])
+def test_a_worker_deleted_mid_training_is_a_disruption(
+    gang_restart: bool,
+    tf_node: str,
+    controller: ControllerProcess,
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    host_dir: Path,
+) -> None:
+    """A preemption as a user sees it: worker 1 deleted gracefully while training. The
+    program exits 143 on SIGTERM and the end counts as a disruption, never against
+    backoffLimit. Its peer's collective fails (exit 1) at once: with whole-gang restart
+    that is collateral and the gang resumes from the backup; without it the job fails,
+    and the event names the deleted peer."""
+    ns, name = namespace, "pre" if gang_restart else "prp"
+    programs_configmap(kube, ns)
+    kube.create_tfjob(ns, mwms_job(name, host_dir, gang_restart=gang_restart))
+    wait_progress(
+        cluster,
+        ns,
+        f"{name}-worker-1",
+        lambda x: x.get("event") == "step" and x["epoch"] >= 3,
+        180,
+    )
+    kube.delete_pod(ns, f"{name}-worker-1")
+    if gang_restart:
+        done = wait_finished(kube, ns, name, "Succeeded", timeout=360)
+        worker = rs(done, "Worker")
+        assert (done["status"]["gangEpoch"], worker["restarts"], worker["disruptions"]) == (
+            1,
+            0,
+            1,
+        ), worker
+        start = progress(cluster, ns, f"{name}-worker-1")[0]
+        assert start["event"] == "start" and start["initial_epoch"] >= 2, start
+        return
+    wait_finished(kube, ns, name, "Failed", timeout=120)
+
+    def warned() -> list[dict[str, Any]] | None:
+        found = [e for e in kube.events(ns) if e.get("reason") == "FailedAfterPeerEnd"]
+        return found or None
+
+    said = wait_for(warned, 30, "the FailedAfterPeerEnd event")
+    assert f"peer {name}-worker-1" in said[0]["message"], said

@@ -5,12 +5,17 @@ without joining the training cluster."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.cluster.kube import ControllerProcess, Kube
+from reconcile.api.names import GANG_RESTART_ANNOTATION
+from tests.cluster.kube import ControllerProcess, Kube, wait_for
 from tests.cluster.policy_helpers import rs
+from tests.cluster.test_real_node import _container_pid, container_status
 from tests.cluster.tf_workloads import (
     epoch_losses,
     programs_configmap,
@@ -26,6 +31,7 @@ from tests.conftest import Cluster
 pytestmark = [pytest.mark.local_only, pytest.mark.tf]
 
 EPOCHS = 4
+LONG_EPOCHS = 8
 
 
 def test_chief_coordinates_and_the_evaluator_follows(
@@ -80,3 +86,96 @@ def test_chief_coordinates_and_the_evaluator_follows(
     evals = [x for x in seen if x.get("event") == "evaluation"]
     assert [x["epoch"] for x in evals][-1] == EPOCHS
     assert evals[-1]["eval_loss"] < evals[0]["eval_loss"], evals
+
+
+def ps_job(name: str, host_dir: Path, *, gang_restart: bool = False) -> dict[str, Any]:
+    """Chief, one ps and two workers under ExitCode, long enough to be hit mid-training;
+    the chief backs up each epoch (BackupAndRestore) in a directory every task mounts."""
+    args = ("--epochs", str(LONG_EPOCHS), "--steps-per-epoch", "30")
+    chief = with_backup(
+        tf_template("ps_fit.py", *args, "--backup-dir", f"/backup/{name}"), host_dir
+    )
+    server = with_backup(tf_template("ps_fit.py", *args), host_dir)
+    job = tf_job(
+        name,
+        {
+            "Chief": (1, "ExitCode", chief),
+            "PS": (1, "ExitCode", server),
+            "Worker": (2, "ExitCode", server),
+        },
+    )
+    if gang_restart:
+        job["metadata"]["annotations"] = {GANG_RESTART_ANNOTATION: "true"}
+    return job
+
+
+def kill_when_chief_reaches(cluster: Cluster, ns: str, job: str, victim: str, epoch: int) -> None:
+    """SIGKILL ``victim``'s process once the chief has finished ``epoch`` epochs."""
+    wait_progress(
+        cluster,
+        ns,
+        f"{job}-chief-0",
+        lambda x: x.get("event") == "epoch" and x["epoch"] >= epoch,
+        240,
+    )
+    os.kill(_container_pid(cluster, ns, victim), signal.SIGKILL)
+
+
+def test_a_killed_worker_is_replaced_and_the_coordinator_carries_on(
+    tf_node: str,
+    controller: ControllerProcess,
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    host_dir: Path,
+) -> None:
+    """ParameterServerStrategy tolerates a lost worker: the coordinator schedules its
+    steps on the other one and takes the replacement back when it serves again."""
+    ns = namespace
+    programs_configmap(kube, ns)
+    kube.create_tfjob(ns, ps_job("psw", host_dir))
+    kill_when_chief_reaches(cluster, ns, "psw", "psw-worker-1", epoch=2)
+    done = wait_finished(kube, ns, "psw", "Succeeded", timeout=360)
+    assert rs(done, "Worker")["restarts"] == 1  # 137: retried under ExitCode
+    lines = progress(cluster, ns, "psw-chief-0")
+    assert lines[-1]["event"] == "done", lines
+    assert len(epoch_losses(lines)) == LONG_EPOCHS  # one run of the coordinator, whole
+
+
+@pytest.mark.parametrize("gang_restart", [False, True])
+def test_a_killed_ps_takes_the_coordinator_down(
+    gang_restart: bool,
+    tf_node: str,
+    controller: ControllerProcess,
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    host_dir: Path,
+) -> None:
+    """A lost ps is not tolerated: the coordinator fails (exit 1) seconds after it. Under
+    ExitCode alone that fails the job, with the FailedAfterPeerEnd event saying why;
+    with whole-gang restart the chief's exit 1 is collateral, every task starts again
+    and the coordinator resumes from its last backup."""
+    ns, name = namespace, "psg" if gang_restart else "psp"
+    programs_configmap(kube, ns)
+    kube.create_tfjob(ns, ps_job(name, host_dir, gang_restart=gang_restart))
+    kill_when_chief_reaches(cluster, ns, name, f"{name}-ps-0", epoch=2)
+    if not gang_restart:
+        failed = wait_finished(kube, ns, name, "Failed", timeout=180)
+        chief = container_status(kube.pod(ns, f"{name}-chief-0") or {})
+        assert chief["state"]["terminated"]["exitCode"] == 1
+        assert rs(failed, "Chief")["failed"] == 1
+
+        def warned() -> list[dict[str, Any]] | None:
+            found = [e for e in kube.events(ns) if e.get("reason") == "FailedAfterPeerEnd"]
+            return found or None
+
+        said = wait_for(warned, 30, "the FailedAfterPeerEnd event")
+        assert f"peer {name}-ps-0" in said[0]["message"], said
+        return
+    done = wait_finished(kube, ns, name, "Succeeded", timeout=420)
+    assert done["status"]["gangEpoch"] == 1
+    lines = progress(cluster, ns, f"{name}-chief-0")  # the new epoch's coordinator
+    start = lines[0]
+    assert start["event"] == "start" and start["initial_epoch"] >= 2, start
+    assert lines[-1]["event"] == "done"

@@ -7,6 +7,8 @@
 - worker, ps: a TensorFlow server that the coordinator drives (workers run the steps,
   ps tasks hold the variables). They never exit on their own: the job ends with the
   chief (TFJob's success policy), and the rest are stopped (SIGTERM: exit 143).
+- With --backup-dir the chief backs training up (BackupAndRestore) at each epoch's end
+  and, started again (a whole-gang restart after a ps was lost), resumes there.
 - An evaluator must not run this: it joins no cluster (see evaluator.py).
 """
 
@@ -41,24 +43,19 @@ if role != "chief":
     raise SystemExit(f"ps_fit.py runs as chief, worker or ps, not {role!r}")
 
 # The coordinator: the strategy first, before any other TensorFlow op. It connects to
-# every task of the cluster it is given, and waits (over ten minutes, seen) for one
-# that runs no server: TFJob's TF_CONFIG, like upstream's, lists the evaluator too,
-# which must not join, so it is left out here.
-cluster = {
-    job: tasks for job, tasks in resolver.cluster_spec().as_dict().items() if job != "evaluator"
-}
-resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-    tf.train.ClusterSpec(cluster),
-    task_type=role,
-    task_id=resolver.task_id,
-    rpc_layer=resolver.rpc_layer or "grpc",
-)
+# every task of the cluster TF_CONFIG gives it, as it is: an evaluator listed there,
+# which runs no server, would be waited for forever (docs/semantics.md#tf_config).
 strategy = tf.distribute.ParameterServerStrategy(resolver)
 p = common.flags(__doc__)
 p.add_argument("--checkpoint-dir", default=os.environ.get("TFJOB_CHECKPOINT_DIR"))
+p.add_argument(
+    "--backup-dir",
+    default=os.environ.get("TFJOB_BACKUP_DIR"),
+    help="BackupAndRestore at each epoch's end: a coordinator started again resumes there",
+)
 args = p.parse_args()
 tf_keras.utils.set_random_seed(common.SEED)
-workers = len(cluster.get("worker", []))
+workers = len(resolver.cluster_spec().as_dict().get("worker", []))
 
 
 def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -96,6 +93,10 @@ class Checkpoints(tf_keras.callbacks.Callback):
 callbacks: list[tf_keras.callbacks.Callback] = [common.Progress(strategy.num_replicas_in_sync, 0)]
 if args.checkpoint_dir:
     callbacks.append(Checkpoints(args.checkpoint_dir))
+if args.backup_dir:
+    # First: it restores in on_train_begin, before Progress reports where training starts.
+    backup = tf_keras.callbacks.BackupAndRestore(args.backup_dir, delete_checkpoint=False)
+    callbacks.insert(0, backup)
 model.fit(
     tf_keras.utils.experimental.DatasetCreator(dataset_fn),
     epochs=args.epochs,

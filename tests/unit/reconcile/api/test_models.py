@@ -14,7 +14,7 @@ from reconcile.api.models import ReplicaSpec, RunPolicy, TFJob, dump_tfjob, pars
 from tests import conformance
 
 REPO = Path(__file__).resolve().parents[4]
-SAMPLES = sorted((REPO / "config" / "samples").glob("*.yaml"))
+SAMPLES = sorted((REPO / "config" / "samples").rglob("*.yaml"))
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""TF_CONFIG: exact byte-for-byte strings, as upstream's json.Marshal produces them."""
+"""TF_CONFIG: exact byte-for-byte strings, as upstream's json.Marshal produces them, but
+for what TensorFlow refuses of upstream's (the evaluator in the cluster, ``"ps":null``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tests.builders import container
 
 M = ClusterMember
 
-# Upstream tf/pod_test.go (job "J" in namespace "ns3", one evaluator, ps and worker).
+# Upstream tf/pod_test.go (job "J" in namespace "ns3", one evaluator, ps and worker), and
+# ours: the same bytes without the evaluator, which joins no cluster.
 UPSTREAM_POD_TEST = (
     '{"cluster":{"evaluator":["J-evaluator-0.ns3.svc:2222"],"ps":["J-ps-0.ns3.svc:2222"],'
     '"worker":["J-worker-0.ns3.svc:2222"]},"task":{"type":"worker","index":0},'
@@ -36,6 +38,10 @@ MNIST_WORKER_1 = (
     '"worker":["mnist-worker-0.kubeflow.svc:2222","mnist-worker-1.kubeflow.svc:2222"]},'
     '"task":{"type":"worker","index":1},"environment":"cloud"}'
 )
+OURS_POD_TEST = UPSTREAM_POD_TEST.replace('"evaluator":["J-evaluator-0.ns3.svc:2222"],', "")
+OURS_POD_TEST_DOMAIN = UPSTREAM_POD_TEST_DOMAIN.replace(
+    '"evaluator":["J-evaluator-0.ns3.svc.tf.training.com:2222"],', ""
+)
 EPW = {"Evaluator": M(1), "PS": M(1), "Worker": M(1)}
 MNIST = {"Chief": M(1), "PS": M(1), "Worker": M(2)}
 
@@ -43,10 +49,23 @@ MNIST = {"Chief": M(1), "PS": M(1), "Worker": M(2)}
 @pytest.mark.parametrize(
     ("job", "ns", "members", "rtype", "index", "domain", "dynamic", "want"),
     [
-        pytest.param("J", "ns3", EPW, "Worker", 0, None, False, UPSTREAM_POD_TEST, id="upstream"),
+        pytest.param("J", "ns3", EPW, "Worker", 0, None, False, OURS_POD_TEST, id="upstream"),
         pytest.param(
-            "J", "ns3", EPW, "Worker", 0, "tf.training.com", False, UPSTREAM_POD_TEST_DOMAIN,
+            "J", "ns3", EPW, "Worker", 0, "tf.training.com", False, OURS_POD_TEST_DOMAIN,
             id="upstream-custom-domain",
+        ),
+        # the evaluator itself: the training cluster and its own task
+        pytest.param(
+            "J", "ns3", EPW, "Evaluator", 0, None, False,
+            '{"cluster":{"ps":["J-ps-0.ns3.svc:2222"],"worker":["J-worker-0.ns3.svc:2222"]},'
+            '"task":{"type":"evaluator","index":0},"environment":"cloud"}',
+            id="evaluator-own",
+        ),
+        pytest.param(
+            "j", "n", {"Evaluator": M(2), "Worker": M(1)}, "Evaluator", 1, None, False,
+            '{"cluster":{"worker":["j-worker-0.n.svc:2222"]},'
+            '"task":{"type":"evaluator","index":1},"environment":"cloud"}',
+            id="second-evaluator",
         ),
         pytest.param("mnist", "kubeflow", MNIST, "Worker", 1, None, False, MNIST_WORKER_1, id="semantics-10"),
         pytest.param(
@@ -82,9 +101,9 @@ MNIST = {"Chief": M(1), "PS": M(1), "Worker": M(2)}
         ),
         pytest.param(
             "j", "n", {"Worker": M(2)}, "Worker", 0, None, True,
-            '{"cluster":{"worker":{"0":"j-worker-0.n.svc:2222"},"ps":null},'
+            '{"cluster":{"worker":{"0":"j-worker-0.n.svc:2222"},"ps":[]},'
             '"task":{"type":"worker","index":0}}',
-            id="sparse-worker-no-ps-is-null",
+            id="sparse-worker-no-ps-is-empty-not-null",
         ),
         pytest.param(
             "j", "n", {"PS": M(2), "Worker": M(2)}, "PS", 1, None, True,
