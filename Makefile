@@ -37,7 +37,7 @@ tf-image: node-binaries
 # Real TensorFlow on the real node: the training programs of tests/tf/programs/ run by
 # TFJobs in the TensorFlow image (tests marked tf, which `make test` leaves out).
 e2e-tf: lint cluster tf-image
-	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider -m tf tests/cluster
+	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider -m 'tf or tf_quick' tests/cluster
 
 cluster: binaries
 	hack/cluster.sh up --gang scheduler-plugins
@@ -66,8 +66,9 @@ unit: venv
 
 # Every test: lint and layering checks, unit tests, the cluster tests against the real
 # local control plane (left running afterwards for fast re-runs; tests/cluster/
-# test_real_node.py adds the real node to it), then the image test.
-test: lint cluster node-binaries
+# test_real_node.py adds the real node to it, and one MultiWorkerMirroredStrategy job
+# trains on it with real TensorFlow), then the image test.
+test: lint cluster node-binaries tf-image
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
 	PYTHON=$(PY) hack/image-test.sh
 

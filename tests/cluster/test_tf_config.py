@@ -74,7 +74,8 @@ def test_a_dynamic_worker_job_without_ps_parses(
 ) -> None:
     ns = namespace
     programs_configmap(kube, ns)
-    check = tf_template("tf_config_check.py", "--variants", "ps-null")
+    # each worker sees itself alone and starts a server with that (the sparse form)
+    check = tf_template("tf_config_check.py", "--variants", "ps-null", "--use", "server")
     job = tf_job("tfd", {"Worker": (2, "Never", check)}, enableDynamicWorker=True)
     kube.create_tfjob(ns, job)
     seen = verdicts(kube, cluster, ns, "tfd")

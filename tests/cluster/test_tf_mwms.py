@@ -1,7 +1,8 @@
 """MultiWorkerMirroredStrategy with real TensorFlow on the real node (`make e2e-tf`):
 tf.distribute accepts the TF_CONFIG the controller writes, the workers find each other
 through the headless services it names, train in sync, and the job Succeeds by the
-upstream rule. The training programs are tests/tf/programs/."""
+upstream rule. The training programs are tests/tf/programs/. The two-worker job is the
+short version `make test` runs (marker tf_quick); `make e2e-tf` runs both."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.cluster.tf_workloads import (
 )
 from tests.conftest import Cluster
 
-pytestmark = [pytest.mark.local_only, pytest.mark.tf]
+pytestmark = [pytest.mark.local_only]
 
 EPOCHS = 3
 FIT = tf_template("mwms_fit.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20")
@@ -43,6 +44,7 @@ def assert_trained_in_sync(cluster: Cluster, ns: str, pods: list[str], replicas:
     assert all(loss == pytest.approx(losses[0], rel=1e-4) for loss in losses), losses
 
 
+@pytest.mark.tf_quick
 def test_workers_only(
     tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
 ) -> None:
@@ -62,6 +64,7 @@ def test_workers_only(
     assert all(progress_of(text)[-1]["event"] == "done" for text in got.values())
 
 
+@pytest.mark.tf
 def test_chief_and_workers(
     tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
 ) -> None:

@@ -3,9 +3,12 @@
 Prints progress lines (common.progress) and exits 0 whatever it finds, so a test reads
 TensorFlow's verdicts from the log:
 
-- event "own": this task's TF_CONFIG through TFConfigClusterResolver and the cluster
-  validation every tf.distribute strategy runs (multi_worker_util): the job names it
-  holds, and the error, if TensorFlow refused it;
+- event "own": this task's TF_CONFIG through TFConfigClusterResolver and what the task
+  does with it (--use): "strategy", the cluster validation every tf.distribute strategy
+  runs (multi_worker_util); "server", a tf.distribute.Server for the task, as a
+  ParameterServerStrategy worker or ps starts (the only use of the sparse form of a
+  dynamic-worker job: its workers each see themselves alone). The job names it holds,
+  and the error, if TensorFlow refused it;
 - event "variant", one per variant of this task's TF_CONFIG as upstream writes it
   (--variants): its name and TensorFlow's error, or none.
 
@@ -26,14 +29,24 @@ import tensorflow as tf
 from tensorflow.python.distribute import multi_worker_util
 
 
-def verdict(config: dict[str, object]) -> tuple[list[str], str | None]:
+def verdict(config: dict[str, object], use: str) -> tuple[list[str], str | None]:
     """The cluster's job names and TensorFlow's error for ``config``, None if it took it."""
     given = os.environ.get("TF_CONFIG")
     os.environ["TF_CONFIG"] = json.dumps(config)
     try:
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         spec = resolver.cluster_spec()
-        multi_worker_util._validate_cluster_spec(spec, resolver.task_type, resolver.task_id)
+        if use == "server":
+            # Not started: the port is bound and the cluster given to the runtime.
+            tf.distribute.Server(
+                spec,
+                job_name=resolver.task_type,
+                task_index=resolver.task_id,
+                protocol="grpc",
+                start=False,
+            )
+        else:
+            multi_worker_util._validate_cluster_spec(spec, resolver.task_type, resolver.task_id)
     except (TypeError, ValueError) as e:
         return [], f"{type(e).__name__}: {e}"
     finally:
@@ -58,11 +71,12 @@ def variant(config: dict[str, object], name: str, evaluators: int) -> dict[str, 
 p = argparse.ArgumentParser(description=__doc__)
 p.add_argument("--variants", default="", help="comma-separated: evaluators,ps-null,master")
 p.add_argument("--evaluators", type=int, default=1)
+p.add_argument("--use", choices=["strategy", "server"], default="strategy")
 args = p.parse_args()
 
 own = json.loads(os.environ.get("TF_CONFIG") or "{}")
-jobs, error = verdict(own)
+jobs, error = verdict(own, args.use)
 common.progress(event="own", jobs=jobs, error=error, tf_config=own)
 for name in filter(None, args.variants.split(",")):
-    jobs, error = verdict(variant(own, name, args.evaluators))
+    jobs, error = verdict(variant(own, name, args.evaluators), args.use)
     common.progress(event="variant", name=name, jobs=jobs, error=error)
