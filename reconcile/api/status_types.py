@@ -122,6 +122,9 @@ class IndexRetry(_Model):
     pod_uid: str | None = Field(default=None, alias="podUID")
     #: The restartCount total of podUID already folded into restarts.
     container_restarts: Count = 0
+    #: When the last accounted end (a failure or a disruption) began: a peer's failure
+    #: soon after it is named in an event (reconcile.policy.collateral).
+    last_end_time: Time | None = None
 
 
 class ReplicaStatus(_Model):

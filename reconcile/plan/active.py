@@ -124,10 +124,10 @@ def _failed_after_peer(p: _Pass, plan: Plan, outcomes: Mapping[str, ReplicaAccou
         p.snap.pods, _policies(p.tfjob), p.snap.now, resumed_at=p.clock.resumed_at
     )
     earlier = [
-        collateral.Trouble(replica_name(p.tfjob.name, rt, int(i)), rec.last_failure_time)
+        collateral.Trouble(replica_name(p.tfjob.name, rt, int(i)), began)
         for rt, rs in p.old.replica_statuses.items()
         for i, rec in rs.index_retries.items()
-        if rec.last_failure_time is not None and i.isdigit()
+        if (began := rec.last_end_time or rec.last_failure_time) is not None and i.isdigit()
     ]
     found = collateral.collateral(
         ends, p.snap.now, _window(p.config), whole_gang=False, earlier=earlier

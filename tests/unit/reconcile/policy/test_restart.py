@@ -53,7 +53,7 @@ def test_failure_accounted_once_by_uid() -> None:
     assert out.status.restarts == 1 and out.delete == [] and out.restarting
     assert out.ends == ["0:retry:a"]  # for the reconcile's log line
     assert out.status.index_retries["0"] == IndexRetry(
-        failures=1, last_failure_time=at(90), last_pod_uid="a"
+        failures=1, last_failure_time=at(90), last_pod_uid="a", last_end_time=at(90)
     )
     again = account({0: [failed]}, out.status, replicas=1)  # recorded: now it goes
     assert again.status == out.status and again.delete == [failed] and again.ends == []
