@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.cluster.test_real_node import _container_pid, container_status
 from tests.cluster.test_tf_gang_restart import failed_after_peer
 from tests.cluster.tf_workloads import (
     epoch_losses,
+    parse_rfc3339,
     programs_configmap,
     progress,
     tf_job,
@@ -110,8 +112,10 @@ def ps_job(name: str, host_dir: Path, *, gang_restart: bool = False) -> dict[str
     return job
 
 
-def kill_when_chief_reaches(cluster: Cluster, ns: str, job: str, victim: str, epoch: int) -> None:
-    """SIGKILL ``victim``'s process once the chief has finished ``epoch`` epochs."""
+def kill_when_chief_reaches(
+    cluster: Cluster, ns: str, job: str, victim: str, epoch: int
+) -> datetime:
+    """SIGKILL ``victim``'s process once the chief has finished ``epoch`` epochs; when."""
     wait_progress(
         cluster,
         ns,
@@ -120,6 +124,7 @@ def kill_when_chief_reaches(cluster: Cluster, ns: str, job: str, victim: str, ep
         240,
     )
     os.kill(_container_pid(cluster, ns, victim), signal.SIGKILL)
+    return datetime.now(UTC)
 
 
 def test_a_killed_worker_is_replaced_and_the_coordinator_carries_on(
@@ -160,11 +165,13 @@ def test_a_killed_ps_takes_the_coordinator_down(
     ns, name = namespace, "psg" if gang_restart else "psp"
     programs_configmap(kube, ns)
     kube.create_tfjob(ns, ps_job(name, host_dir, gang_restart=gang_restart))
-    kill_when_chief_reaches(cluster, ns, name, f"{name}-ps-0", epoch=2)
+    killed = kill_when_chief_reaches(cluster, ns, name, f"{name}-ps-0", epoch=2)
     if not gang_restart:
         failed = wait_finished(kube, ns, name, "Failed", timeout=180)
         chief = container_status(kube.pod(ns, f"{name}-chief-0") or {})
         assert chief["state"]["terminated"]["exitCode"] == 1
+        ended = parse_rfc3339(chief["state"]["terminated"]["finishedAt"])
+        print(f"the coordinator failed {(ended - killed).total_seconds():.0f}s after the ps kill")
         assert rs(failed, "Chief")["failed"] == 1
         said = failed_after_peer(kube, ns, failed, "PS")
         if said is not None:
