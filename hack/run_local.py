@@ -66,16 +66,8 @@ def main() -> int:
                 if not doc or doc.get("kind") != "TFJob":
                     continue
                 name = doc["metadata"]["name"]
-                api.request("DELETE", f"{TFJOBS}/{name}", {"propagationPolicy": "Foreground"})
-                deadline = time.monotonic() + 60
-                while api.request("GET", f"{TFJOBS}/{name}")[0] == 200:
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"old TFJob {name} is not going away")
-                    time.sleep(0.3)
-                doc["metadata"]["namespace"] = NS
-                status, body = api.request("POST", TFJOBS, doc)
-                if status != 201:
-                    say(f"could not create {name}: {status} {body}")
+                delete_tfjob(api, name)
+                if not create_tfjob(api, doc):
                     return 1
                 names.append(name)
                 say(f"applied TFJob {NS}/{name} from {f.relative_to(REPO)}")
@@ -126,6 +118,25 @@ def main() -> int:
         return 130
     finally:
         stop_controller(ctrl)
+
+
+def delete_tfjob(api: cluster_mod.Api, name: str) -> None:
+    """The TFJob ``name`` in NS gone, with its pods, if there was one."""
+    api.request("DELETE", f"{TFJOBS}/{name}", {"propagationPolicy": "Foreground"})
+    deadline = time.monotonic() + 60
+    while api.request("GET", f"{TFJOBS}/{name}")[0] == 200:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"old TFJob {name} is not going away")
+        time.sleep(0.3)
+
+
+def create_tfjob(api: cluster_mod.Api, doc: dict[str, Any]) -> bool:
+    """``doc`` created in NS; False (said) when the apiserver refuses it."""
+    body = {**doc, "metadata": {**doc["metadata"], "namespace": NS}}
+    status, answer = api.request("POST", TFJOBS, body)
+    if status != 201:
+        say(f"could not create {doc['metadata']['name']}: {status} {answer}")
+    return status == 201
 
 
 def start_controller(d: Path) -> subprocess.Popen[bytes]:

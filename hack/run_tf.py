@@ -21,7 +21,17 @@ from urllib.parse import quote
 import yaml
 
 import hack.cluster as cluster_mod
-from hack.run_local import NS, TFJOBS, finished, say, start_controller, stop_controller, summary
+from hack.run_local import (
+    NS,
+    TFJOBS,
+    create_tfjob,
+    delete_tfjob,
+    finished,
+    say,
+    start_controller,
+    stop_controller,
+    summary,
+)
 
 REPO = cluster_mod.REPO
 SAMPLE = REPO / "config" / "samples" / "tf" / "tfjob-mwms.yaml"
@@ -32,21 +42,13 @@ HOST_DIRS = ("/var/tmp/tfjob-samples/mwms",)
 TIMEOUT = 600
 
 
-def replace_job(api: cluster_mod.Api, doc: dict[str, Any]) -> None:
-    name = doc["metadata"]["name"]
-    api.request("DELETE", f"{TFJOBS}/{name}", {"propagationPolicy": "Foreground"})
-    deadline = time.monotonic() + 60
-    while api.request("GET", f"{TFJOBS}/{name}")[0] == 200:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"old TFJob {name} is not going away")
-        time.sleep(0.3)
+def fresh_job(api: cluster_mod.Api, doc: dict[str, Any]) -> bool:
+    """The sample created afresh: the old job gone, then its backup (a run of the sample
+    trains from the start)."""
+    delete_tfjob(api, doc["metadata"]["name"])
     for d in HOST_DIRS:
         shutil.rmtree(d, ignore_errors=True)
-    status, body = api.request(
-        "POST", TFJOBS, {**doc, "metadata": {**doc["metadata"], "namespace": NS}}
-    )
-    if status != 201:
-        raise SystemExit(f"could not create {name}: {status} {body}")
+    return create_tfjob(api, doc)
 
 
 def progress_lines(api: cluster_mod.Api, pod: str) -> list[dict[str, Any]]:
@@ -89,7 +91,8 @@ def main() -> int:
             },
             CONFIGMAPS,
         )
-        replace_job(api, doc)
+        if not fresh_job(api, doc):
+            return 1
         say(f"applied TFJob {NS}/{name} from {SAMPLE.relative_to(REPO)}; worker 0's progress:")
         last, shown, pod_uid = "", 0, None
         deadline = time.monotonic() + TIMEOUT

@@ -91,8 +91,10 @@ def test_chief_coordinates_and_the_evaluator_follows(
     assert evals[-1]["eval_loss"] < evals[0]["eval_loss"], evals
 
 
-def ps_job(name: str, host_dir: Path, *, gang_restart: bool = False) -> dict[str, Any]:
-    """Chief, one ps and two workers under ExitCode, long enough to be hit mid-training;
+def ps_job(
+    name: str, host_dir: Path, *, gang_restart: bool = False, policy: str = "ExitCode"
+) -> dict[str, Any]:
+    """Chief, one ps and two workers under ``policy``, long enough to be hit mid-training;
     the chief backs up each epoch (BackupAndRestore) in a directory every task mounts."""
     args = ("--epochs", str(LONG_EPOCHS), "--steps-per-epoch", "30")
     chief = with_backup(
@@ -102,9 +104,9 @@ def ps_job(name: str, host_dir: Path, *, gang_restart: bool = False) -> dict[str
     job = tf_job(
         name,
         {
-            "Chief": (1, "ExitCode", chief),
-            "PS": (1, "ExitCode", server),
-            "Worker": (2, "ExitCode", server),
+            "Chief": (1, policy, chief),
+            "PS": (1, policy, server),
+            "Worker": (2, policy, server),
         },
     )
     if gang_restart:
@@ -148,8 +150,11 @@ def test_a_killed_worker_is_replaced_and_the_coordinator_carries_on(
     assert len(epoch_losses(lines)) == LONG_EPOCHS  # one run of the coordinator, whole
 
 
-@pytest.mark.parametrize("gang_restart", [False, True])
+@pytest.mark.parametrize(
+    ("policy", "gang_restart"), [("ExitCode", False), ("ExitCode", True), ("OnFailure", False)]
+)
 def test_a_killed_ps_takes_the_coordinator_down(
+    policy: str,
     gang_restart: bool,
     tf_node: str,
     controller: ControllerProcess,
@@ -161,11 +166,20 @@ def test_a_killed_ps_takes_the_coordinator_down(
     """A lost ps is not tolerated: the coordinator fails (exit 1) seconds after it. Under
     ExitCode alone that fails the job, with the FailedAfterPeerEnd event saying why;
     with whole-gang restart the chief's exit 1 is collateral, every task starts again
-    and the coordinator resumes from its last backup."""
-    ns, name = namespace, "psg" if gang_restart else "psp"
+    and the coordinator resumes from its last backup. Under OnFailure the kubelet
+    restarts the ps and the chief in place, and the chief resumes from its backup."""
+    ns, name = namespace, {"ExitCode": "psg" if gang_restart else "psp"}.get(policy, "pso")
     programs_configmap(kube, ns)
-    kube.create_tfjob(ns, ps_job(name, host_dir, gang_restart=gang_restart))
+    kube.create_tfjob(ns, ps_job(name, host_dir, gang_restart=gang_restart, policy=policy))
     killed = kill_when_chief_reaches(cluster, ns, name, f"{name}-ps-0", epoch=2)
+    if policy == "OnFailure":
+        done = wait_finished(kube, ns, name, "Succeeded", timeout=420)
+        assert rs(done, "PS")["restarts"] >= 1 and rs(done, "Chief")["restarts"] >= 1, done
+        # the chief's container started again: its log now is the second run's
+        lines = progress(cluster, ns, f"{name}-chief-0")
+        assert lines[0]["event"] == "start" and lines[0]["initial_epoch"] >= 2, lines[0]
+        assert lines[-1]["event"] == "done"
+        return
     if not gang_restart:
         failed = wait_finished(kube, ns, name, "Failed", timeout=180)
         chief = container_status(kube.pod(ns, f"{name}-chief-0") or {})
