@@ -77,3 +77,17 @@ def test_chief_and_workers(
     done = wait_finished(kube, ns, "mwmsc", "Succeeded", timeout=300)
     assert rs(done, "Chief")["succeeded"] == 1
     assert_trained_in_sync(cluster, ns, ["mwmsc-chief-0", "mwmsc-worker-0", "mwmsc-worker-1"], 3)
+
+
+@pytest.mark.tf
+def test_custom_training_loop(
+    tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
+) -> None:
+    """No Model.fit: the steps written out (strategy.run, gradients all-reduced by the
+    optimizer), over the same TF_CONFIG: both workers step together and agree."""
+    ns = namespace
+    programs_configmap(kube, ns)
+    loop = tf_template("mwms_loop.py", "--epochs", str(EPOCHS), "--steps-per-epoch", "20")
+    kube.create_tfjob(ns, tf_job("mwmsl", {"Worker": (2, "Never", loop)}))
+    wait_finished(kube, ns, "mwmsl", "Succeeded", timeout=300)
+    assert_trained_in_sync(cluster, ns, ["mwmsl-worker-0", "mwmsl-worker-1"], replicas=2)
