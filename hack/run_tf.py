@@ -123,7 +123,8 @@ def main() -> int:
                     for c in job["status"]["conditions"]
                 )
                 say(
-                    f"{name} {'Succeeded' if ok else 'Failed'}; the cluster stays up (cluster-down)"
+                    f"{name} {'Succeeded' if ok else 'Failed'}; the cluster stays up"
+                    " (`make cluster-down` takes it down)"
                 )
                 return 0 if ok else 1
             time.sleep(1)
