@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 
 from reconcile.objects.observed import ObservedPod
 from reconcile.objects.pods import PodPhase
-from reconcile.policy.pod_outcome import PodOutcome, pod_outcome
+from reconcile.policy.pod_outcome import PodOutcome, end_began, pod_outcome
 
 #: How long after a peer's trouble a permanent end still counts as its consequence, and
 #: how long a permanent end is held for a peer's end to arrive. Survivors of a SIGKILLed
@@ -115,14 +115,8 @@ def read_ends(
         if outcome in _PERMANENT:
             permanent.append(pod)
         elif outcome in (PodOutcome.RETRY, PodOutcome.DISRUPTED, PodOutcome.TERMINATING):
-            troubles.append(Trouble(pod.name, _trouble_time(pod, now)))
+            troubles.append(Trouble(pod.name, end_began(pod, now)))
     return Ends(tuple(permanent), tuple(troubles), live)
-
-
-def _trouble_time(pod: ObservedPod, now: datetime) -> datetime:
-    """When the trouble began: a deletion's request, else the container's end."""
-    times = [t for t in (pod.deletion_requested, pod.finished) if t is not None]
-    return min(times) if times else now
 
 
 def collateral(
@@ -135,8 +129,8 @@ def collateral(
 ) -> Collateral:
     """Which permanent ends this pass leaves out of its accounting (whole-gang restart
     only), and which followed a peer's trouble (for the event without it). ``earlier``:
-    troubles already accounted and no longer among the pods (the replaced pods' last
-    failure times), which only the event reads: with whole-gang restart an accounted
+    troubles already accounted and no longer among the pods (their indexes'
+    ``lastEndTime``), which only the event reads: with whole-gang restart an accounted
     trouble has already moved the gang to its next epoch."""
     if not ends.permanent:
         return NONE

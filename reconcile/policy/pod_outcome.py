@@ -66,6 +66,13 @@ def failed_before_deletion(pod: ObservedPod) -> bool:
     return finished < requested
 
 
+def end_began(pod: ObservedPod, now: datetime) -> datetime:
+    """When a pod's end began: the DELETE's request if it was deleted (a disruption starts
+    there: the program hears of it then), else the container's end, else ``now``."""
+    times = [t for t in (pod.deletion_requested, pod.finished) if t is not None]
+    return min(times) if times else now
+
+
 def deleted_by_suspend(pod: ObservedPod, resumed_at: datetime | None) -> bool:
     """A terminating pod created before the job last resumed: the suspend deleted it, and
     its end does not count. Strictly before: both times have one-second precision, and

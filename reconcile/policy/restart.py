@@ -42,7 +42,7 @@ from datetime import datetime, timedelta
 from reconcile.api.status_types import IndexRetry, ReplicaStatus, format_indexes, parse_indexes
 from reconcile.objects.observed import ObservedPod
 from reconcile.objects.pods import PodPhase
-from reconcile.policy.pod_outcome import PodOutcome, pod_outcome
+from reconcile.policy.pod_outcome import PodOutcome, end_began, pod_outcome
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def account_replica(
                 # holding the record is stored: see "account, then delete" above.
                 disruptions += 1
                 rec = rec.model_copy(
-                    update={"last_pod_uid": uid, "last_end_time": _began(pod, now)}
+                    update={"last_pod_uid": uid, "last_end_time": end_began(pod, now)}
                 )
                 accounted.append(index)
                 ends.append(_end(index, outcome, uid))
@@ -239,12 +239,6 @@ def account_replica(
         accounted=accounted,
         ends=ends,
     )
-
-
-def _began(pod: ObservedPod, now: datetime) -> datetime:
-    """When a disruption began: its deletion's request, else the container's end."""
-    times = [t for t in (pod.deletion_requested, pod.finished) if t is not None]
-    return min(times) if times else now
 
 
 def _end(index: int, outcome: PodOutcome, uid: str | None) -> str:

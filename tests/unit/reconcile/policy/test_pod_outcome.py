@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from reconcile.policy.pod_outcome import PodOutcome, is_permanent_exit_code, pod_outcome
+from reconcile.policy.pod_outcome import (
+    PodOutcome,
+    end_began,
+    is_permanent_exit_code,
+    pod_outcome,
+)
 from tests.builders import at, make_pod, make_tfjob
 
 JOB = make_tfjob("j").worker(3).obj()
@@ -86,3 +91,11 @@ def test_pod_killed_by_the_suspend_and_seen_after_the_resume_is_leftover() -> No
 )
 def test_is_permanent_exit_code(code: int, want: bool) -> None:
     assert is_permanent_exit_code(code) is want
+
+
+def test_an_end_began_at_its_delete_else_at_its_finish() -> None:
+    job = make_tfjob("t").worker(2).obj()
+    deleted = make_pod(job, "Worker", 0).failed(143, finished=25).terminating(requested=20)
+    assert end_began(deleted.view(), at(99)) == at(20)
+    assert end_began(make_pod(job, "Worker", 0).failed(137, finished=25).view(), at(99)) == at(25)
+    assert end_began(make_pod(job, "Worker", 0).running().view(), at(99)) == at(99)
