@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -309,3 +309,56 @@ class KeyQueue(Protocol):
 
 class Reconciler(Protocol):
     async def reconcile(self, key: str) -> Result: ...
+
+
+# --- reports pushed to the controller (controller.serving) ----------------------------
+
+#: TokenReview's user extra naming the pod a bound service-account token was issued for
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the user the apiserver's TokenReview named."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def first(self, key: str) -> str:
+        """The first value of user extra ``key``, or ""."""
+        values = self.extra.get(key) or ()
+        return values[0] if values else ""
+
+    @property
+    def key(self) -> str:
+        """What rate limits count by: the pod a bound token names, else the user."""
+        return self.first(POD_UID_EXTRA) or self.uid or self.username
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer to a pushed report: 204 (kept), or a refusal and why."""
+
+    status: int
+    message: str = ""
+    #: the field of the document to blame (400)
+    field_name: str = ""
+    #: seconds the client should wait before sending again (429, 503)
+    retry_after: float | None = None
+
+
+class ReportSink(Protocol):
+    """What receives reports pushed to the controller over HTTPS (the server,
+    controller.serving.reports, authenticates them; the sink decides what they mean)."""
+
+    def audience(self, path: str) -> str | None:
+        """The audience a token must be reviewed for to report at ``path``; None: no
+        such path (404)."""
+        ...
+
+    def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
+        """Take a report from ``caller`` (its token reviewed for ``audience(path)``)."""
+        ...

@@ -29,11 +29,29 @@ RECONCILE_MAY_IMPORT = {
 #: Packages that only the composition root (tfjob_controller/) may import.
 ABOVE_MACHINERY = ("reconcile", "tfjob_controller")
 #: controller/: the seam's modules at the top level (types, errors, clock) first, then
-#: metrics and logging, the API client, the cache and the queue, the runtime.
-CONTROLLER_RANKS = {"": 0, "observability": 1, "client": 2, "cache": 3, "queue": 3, "runtime": 4}
-#: reconcile/: what a TFJob is, the objects built from it, the policies, the plan, and
-#: the two users of the plan: the reconciler's sync layer and explain.
-RECONCILE_RANKS = {"api": 0, "objects": 1, "policy": 2, "plan": 3, "explain": 4, "sync": 4}
+#: metrics and logging, the API client, the cache, the queue and the report server, the
+#: runtime.
+CONTROLLER_RANKS = {
+    "": 0,
+    "observability": 1,
+    "client": 2,
+    "cache": 3,
+    "queue": 3,
+    "serving": 3,
+    "runtime": 4,
+}
+#: reconcile/: what a TFJob is, the objects built from it, the policies and the training
+#: progress summaries, the plan, and the two users of the plan: the reconciler's sync
+#: layer and explain.
+RECONCILE_RANKS = {
+    "api": 0,
+    "objects": 1,
+    "policy": 2,
+    "progress": 2,
+    "plan": 3,
+    "explain": 4,
+    "sync": 4,
+}
 RANKS = {"controller": CONTROLLER_RANKS, "reconcile": RECONCILE_RANKS}
 
 

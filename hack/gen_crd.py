@@ -182,11 +182,17 @@ def crd() -> dict[str, Any]:
 
 
 def _printer_columns() -> list[dict[str, Any]]:
-    # State and Age first and at priority 0, exactly as upstream, so scripts that
-    # parse `kubectl get tfjobs` keep working; the rest show with -o wide.
+    # State and Age first, exactly as upstream, so scripts that parse `kubectl get
+    # tfjobs` keep working; training progress after them (percent, and the time left
+    # when its last report came); the rest show with -o wide.
+    progress = ".status.trainingProgress"
     return [
         {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Progress", "type": "integer", "jsonPath": f"{progress}.percent"},
+        {"name": "ETA", "type": "string", "jsonPath": f"{progress}.estimatedRemaining"},
+        {"name": "Step", "type": "integer", "jsonPath": f"{progress}.step", "priority": 1},
+        {"name": "Epoch", "type": "integer", "jsonPath": f"{progress}.epoch", "priority": 1},
         {
             "name": "Suspended",
             "type": "boolean",

@@ -196,10 +196,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
-    status, body = cluster.api.request(
-        "POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {"tfjob-test": "1"}}}
-    )
-    assert status == 201, body
+    cluster.api.create_namespace(name, {"tfjob-test": "1"})
     yield name
     # The namespace controller (in KCM) finalizes it in the background.
     cluster.api.request("DELETE", f"/api/v1/namespaces/{name}")

@@ -72,6 +72,12 @@ from reconcile.sync.tfjob import (
     TFJobReconciler,
     Writers,
 )
+from tfjob_controller.reporting import (
+    add_progress_flags,
+    check_progress_flags,
+    progress_endpoint,
+    reporting_of,
+)
 
 log = structlog.get_logger("tfjob-controller")
 
@@ -209,8 +215,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " schedulerName",
     )
     add_server_flags(p)
+    add_progress_flags(p)
     add_logging_flags(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    problem = check_progress_flags(args)
+    if problem:
+        p.error(problem)
+    return args
 
 
 def podgroups_resource(gang: Gang) -> Resource:
@@ -330,6 +341,18 @@ async def run(args: argparse.Namespace) -> int:
             limit=background_limit(settings),
             drained_recheck=UNSATISFIED_RECHECK_SECONDS,
         )
+        elector: LeaseElector | None = None
+        endpoint = progress_endpoint(
+            args,
+            api=api,
+            clock=clock,
+            jobs=job_informer.store,
+            pods=pod_informer.store,
+            queue=queue,
+            registry=metrics.registry,
+            # reports count only at the leader: the others answer 503 (docs/progress.md)
+            leading=lambda: elector is None or elector.leading,
+        )
         recorder = EventRecorder(
             ResourceClient(budgets.events, EVENTS),
             component=CONTROLLER_NAME,
@@ -355,12 +378,15 @@ async def run(args: argparse.Namespace) -> int:
             clock=clock,
             spawner=background,
             pacer=Pacer(clock, STATUS_PACE_SECONDS),
+            training_pacer=endpoint.training_pacer if endpoint else None,
+            progress=endpoint.intake if endpoint else None,
             config=PlanConfig(
                 cluster_domain=args.cluster_domain,
                 backoff_base_seconds=args.restart_backoff_base,
                 backoff_max_seconds=args.restart_backoff_max,
                 gang=gang,
                 collateral_window_seconds=args.collateral_window,
+                reporting=reporting_of(args),
             ),
             metrics=job_metrics,
             failed_create_grace=args.failed_create_grace,
@@ -379,8 +405,9 @@ async def run(args: argparse.Namespace) -> int:
         service_informer.add_handler(service_handler(expectations, queue))
         if podgroup_informer is not None:
             podgroup_informer.add_handler(podgroup_handler(expectations, queue))
+        if endpoint is not None:
+            job_informer.add_handler(endpoint.namespace_handler())
 
-        elector = None
         if args.leader_elect:
             # The lease has a client of its own (connections, no token bucket: two
             # requests per retry period), so a renewal never queues behind the workload's
@@ -415,7 +442,7 @@ async def run(args: argparse.Namespace) -> int:
             elector=elector,
             # events are written for the leader: only while leading, flushed before the
             # lease is released, dropped if it is lost
-            leader_services=[recorder.run],
+            leader_services=[recorder.run, *([endpoint.bundle.run] if endpoint else [])],
             before_release=recorder.flush,
             services=[
                 LoopLagMonitor(metrics.loop_lag.observe, interval=args.loop_lag_interval).run,
@@ -428,6 +455,7 @@ async def run(args: argparse.Namespace) -> int:
                     healthy=elector.healthy if elector is not None else None,
                     debug=pending,
                 ),
+                *([endpoint.server.serve] if endpoint else []),
             ],
         )
         log.info(

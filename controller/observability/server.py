@@ -171,7 +171,7 @@ class ProbeServers:
         """Listen on every address, report started, serve until cancelled."""
         async with anyio.create_task_group() as tg:
             for address, routes in self._routes.items():
-                listeners = await _listen(*parse_address(address))
+                listeners = await listen_sockets(*parse_address(address))
                 for one in listeners:
                     bound = one.extra(SocketAttribute.local_address)
                     if isinstance(bound, tuple):
@@ -206,26 +206,9 @@ class ProbeServers:
         slots: anyio.Semaphore,
         tg: TaskGroup,
     ) -> None:
-        backoff = 0.0
-        while True:
-            # At the cap, connections wait in the backlog rather than take descriptors.
-            await slots.acquire()
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                slots.release()
-                # Out of descriptors or buffers, or a connection reset before we took
-                # it: a later accept may succeed, and the listening socket stays
-                # readable meanwhile, so retrying at once would spin.
-                backoff = min(max(backoff * 2, ACCEPT_BACKOFF_MIN), ACCEPT_BACKOFF_MAX)
-                log.warning("accept failed, retrying", error=str(exc), retry_in=backoff)
-                await anyio.sleep(backoff)
-                continue
-            except BaseException:
-                slots.release()
-                raise
-            backoff = 0.0
-            tg.start_soon(self._handle, stream, routes, slots)
+        await accept_loop(
+            listener, slots, lambda stream: tg.start_soon(self._handle, stream, routes, slots)
+        )
 
     async def _handle(
         self,
@@ -269,7 +252,36 @@ class ProbeServers:
                 return
 
 
-async def _listen(host: str | None, port: int) -> list[anyio.abc.SocketListener]:
+async def accept_loop(
+    listener: anyio.abc.SocketListener,
+    slots: anyio.Semaphore,
+    handle: Callable[[SocketStream], object],
+) -> None:
+    """Accept connections for ever, each after taking one of ``slots`` (released by
+    whoever ``handle`` starts, when the connection ends)."""
+    backoff = 0.0
+    while True:
+        # At the cap, connections wait in the backlog rather than take descriptors.
+        await slots.acquire()
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            slots.release()
+            # Out of descriptors or buffers, or a connection reset before we took
+            # it: a later accept may succeed, and the listening socket stays
+            # readable meanwhile, so retrying at once would spin.
+            backoff = min(max(backoff * 2, ACCEPT_BACKOFF_MIN), ACCEPT_BACKOFF_MAX)
+            log.warning("accept failed, retrying", error=str(exc), retry_in=backoff)
+            await anyio.sleep(backoff)
+            continue
+        except BaseException:
+            slots.release()
+            raise
+        backoff = 0.0
+        handle(stream)
+
+
+async def listen_sockets(host: str | None, port: int) -> list[anyio.abc.SocketListener]:
     """Listening sockets for every address ``host`` names (all interfaces for None),
     resolved here, at start-up, instead of on a worker thread: the process keeps one
     thread. Port 0 binds the first address to an ephemeral port and the rest to it."""

@@ -66,6 +66,15 @@ async def create_namespace(http: Http, ns: str) -> None:
     )
     if status != 201:
         raise RuntimeError(f"create namespace {ns}: {status} {body}")
+    # ServiceAccount admission refuses pods until KCM has made the namespace's default
+    # ServiceAccount; a benchmark that raced it would time create retries.
+    path = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
+    for _ in range(1500):
+        status, _ = await http.req("GET", path)
+        if status == 200:
+            return
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"no default ServiceAccount in {ns}")
 
 
 DELETE_NOW = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -64,3 +65,24 @@ class Api:
         )
         if status >= 300:
             raise RuntimeError(f"apply {collection}/{name}: {status} {body}")
+
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """Create namespace ``name`` and wait until its ``default`` ServiceAccount exists:
+        until KCM's serviceaccount controller has made it, ServiceAccount admission
+        refuses every pod of the namespace."""
+        meta: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
+        status, body = self.request("POST", "/api/v1/namespaces", {"metadata": meta})
+        if status not in (201, 409):
+            raise RuntimeError(f"create namespace {name}: {status} {body}")
+        self.wait_default_service_account(name)
+
+    def wait_default_service_account(self, namespace: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+        while True:
+            status, body = self.request("GET", path)
+            if status == 200:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no default ServiceAccount in {namespace}: {status} {body}")
+            time.sleep(0.02)

@@ -152,9 +152,11 @@ def component_argv(
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            # No serviceaccount controller runs, and no node-lifecycle controller would
-            # ever lift the not-ready taint that TaintNodesByCondition adds.
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # No node-lifecycle controller runs to lift the not-ready taint that
+            # TaintNodesByCondition adds. ServiceAccount admission stays on, as on any
+            # real cluster: pods get their namespace's `default` ServiceAccount and its
+            # projected token, which the training-progress reports authenticate with.
+            "--disable-admission-plugins=TaintNodesByCondition",
             # As on hardened clusters (OpenShift and others): setting blockOwnerDeletion
             # on a child needs update on the owner's finalizers subresource.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
@@ -186,8 +188,15 @@ def component_argv(
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--controllers=garbage-collector-controller,namespace-controller"
+            # the token machinery of a real cluster: every namespace's `default`
+            # ServiceAccount, its legacy token Secrets, and the kube-root-ca.crt
+            # ConfigMap that each pod's projected service-account volume reads
+            ",serviceaccount-controller,serviceaccount-token-controller"
+            ",root-ca-certificate-publisher-controller"
             # cluster DNS on a real node answers from EndpointSlices
             + (",endpointslice-controller" if "real_node" in state else ""),
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={ports['kcm']}",

@@ -65,6 +65,9 @@ RETIRED_ANNOTATION = f"training.{GROUP}/retired"
 #: the label giving each pod the restart epoch it belongs to.
 GANG_RESTART_ANNOTATION = f"training.{GROUP}/gang-restart"
 GANG_EPOCH_LABEL = f"training.{GROUP}/gang-epoch"
+#: Training-progress reporting (docs/progress.md): "false" on a job leaves its pods
+#: without the endpoint, token and CA the controller otherwise gives them.
+PROGRESS_REPORTING_ANNOTATION = f"training.{GROUP}/progress-reporting"
 
 DEFAULT_CONTAINER_NAME = "tensorflow"
 DEFAULT_PORT_NAME = "tfjob-port"

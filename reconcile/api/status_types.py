@@ -22,6 +22,8 @@ docs/semantics.md#upstreams-defects-we-fix):
 - per replica type ``indexRetries``: per-index retry state ({failures, lastFailureTime,
   lastPodUID, podUID, containerRestarts}) so the replacement backoff and the restart counter
   are derived from status alone and survive controller restarts without double counting.
+- ``trainingProgress``: step, epoch, metrics, rate and ETA as the training processes report
+  them, per replica type bounded (docs/progress.md).
 
 Serialisation mirrors Go's ``omitempty``: zero values are left out, timestamps are RFC 3339
 at second precision with a ``Z`` suffix (``metav1.Time``).
@@ -150,6 +152,56 @@ class ReplicaStatus(_Model):
     index_retries: dict[str, IndexRetry] = Field(default_factory=dict)
 
 
+class ReplicaProgress(_Model):
+    """One replica's last training-progress report (reconcile.progress)."""
+
+    index: Count
+    step: Count
+    epoch: Count | None = None
+    #: over the reports of the last minute
+    steps_per_second: float | None = None
+    last_report_time: Time | None = None
+    node: str = ""
+
+
+class ReplicaTypeProgress(_Model):
+    """The reports of one replica type, summarised: bounded however many replicas."""
+
+    #: replicas whose pod has reported
+    reporting: Count = 0
+    min_step: Count | None = None
+    median_step: Count | None = None
+    max_step: Count | None = None
+    median_steps_per_second: float | None = None
+    last_report_time: Time | None = None
+    #: every reporting replica when at most 16 report; else the 8 furthest behind
+    replicas: list[ReplicaProgress] = Field(default_factory=list)
+
+
+class TrainingProgress(_Model):
+    """How far training has got, from the training processes' own reports
+    (docs/progress.md). The job-level figures are the reporter's: the chief (or
+    master) when it reports, else worker 0."""
+
+    step: Count | None = None
+    total_steps: Count | None = None
+    epoch: Count | None = None
+    total_epochs: Count | None = None
+    #: 0-100, from steps (or epochs when no total of steps is known)
+    percent: int | None = Field(default=None, ge=0, le=100)
+    steps_per_second: float | None = None
+    #: "1h4m", "3m20s", "40s": until estimatedCompletionTime, when this was written
+    estimated_remaining: str | None = None
+    estimated_completion_time: Time | None = None
+    last_report_time: Time | None = None
+    #: whose figures these are: "chief-0", "worker-0"
+    reporter: str = ""
+    #: the reporter's named metrics (loss, accuracy, ...)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    #: by replica type
+    replicas: dict[str, ReplicaTypeProgress] = Field(default_factory=dict)
+
+
 class JobStatus(_Model):
     conditions: list[JobCondition] = Field(default_factory=list)
     replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
@@ -161,6 +213,8 @@ class JobStatus(_Model):
     #: Whole-gang restarts (reconcile.policy.gang_restart): the generation of pods that is
     #: current; pods labelled with an earlier one are deleted, and their ends ignored.
     gang_epoch: Count = 0
+    #: The training processes' own progress reports, summarised (reconcile.progress).
+    training_progress: TrainingProgress | None = None
 
     @classmethod
     def read(cls, obj: object) -> tuple[JobStatus, str | None]:

@@ -28,6 +28,7 @@ from reconcile.api.names import (
     tensorflow_container_index,
 )
 from reconcile.objects.cluster_spec import TF_CONFIG_ENV
+from reconcile.objects.reporting import Reporting, add_reporting
 
 #: Exit code upstream reports when the tensorflow container has no terminated state
 #: (0xbeef); kept as the sentinel so "no exit code" is never mistaken for a real one.
@@ -80,6 +81,7 @@ def build_pod(
     tf_config: str | None,
     master_role: bool,
     operator_name: str,
+    reporting: Reporting | None = None,
 ) -> JSON:
     """The full Pod body for replica (rtype, index)."""
     tpl: dict[str, Any] = copy.deepcopy(dict(template))
@@ -104,6 +106,8 @@ def build_pod(
     spec["restartPolicy"] = pod_restart_policy(restart_policy)
     if tf_config is not None:
         _append_tf_config(spec, tf_config)
+    if reporting is not None:
+        add_reporting(spec, reporting, job.namespace, job.name)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

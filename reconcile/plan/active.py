@@ -234,6 +234,7 @@ def _running(
         cluster_domain=config.cluster_domain,
         operator_name=config.operator_name,
         gang=config.gang,
+        reporting=config.reporting,
     )
     if p.whole_gang:
         pods = [gang_restart.labelled(pod, p.old.gang_epoch) for pod in pods]

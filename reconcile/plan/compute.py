@@ -18,6 +18,7 @@ from reconcile.plan.model import (
     with_children,
 )
 from reconcile.plan.podgroup import podgroup_delete
+from reconcile.plan.training import with_training
 from reconcile.policy import conditions as cond
 from reconcile.policy.clean_pod_policy import cleanup_deletions
 from reconcile.policy.cleanup import finished_cleanup
@@ -77,6 +78,7 @@ def compute_plan(snap: Snapshot, config: PlanConfig, *, status_only: bool = Fals
         )
     try:
         plan = active_plan(snap, tfjob, now, config, status_only=status_only)
+        plan = with_training(plan, snap, view.status)
         return replace(plan, events=[*takeover, *plan.events]) if takeover else plan
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
         # Validation checks every shape the planner reads; should an odd template get

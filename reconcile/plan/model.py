@@ -13,6 +13,7 @@ from reconcile.api.labels import DEFAULT_OPERATOR_NAME
 from reconcile.api.spec import JobView
 from reconcile.api.status_types import JobStatus
 from reconcile.objects.observed import ObservedPod, raws
+from reconcile.objects.reporting import Reporting
 from reconcile.policy import conditions as cond
 from reconcile.policy.cleanup import Cleanup
 from reconcile.policy.collateral import DEFAULT_WINDOW
@@ -27,6 +28,7 @@ from reconcile.policy.status import (
     invalid_status,
     is_progress_only,
 )
+from reconcile.progress.records import ReplicaRecord
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class PlanConfig:
     gang: Gang | None = None
     #: how long a permanent end after a peer's is collateral (reconcile.policy.collateral)
     collateral_window_seconds: float = DEFAULT_WINDOW.total_seconds()
+    #: the training-progress endpoint pods report to (reconcile.objects.reporting), None
+    #: when it is off
+    reporting: Reporting | None = None
 
     @property
     def backoff(self) -> BackoffPolicy:
@@ -64,6 +69,8 @@ class Snapshot:
     podgroup: JSON | None = None
     #: PriorityClass values by name, for the PriorityClasses the job's templates name
     priorities: Mapping[str, int] = field(default_factory=dict)
+    #: the replicas' last training-progress reports (reconcile.progress)
+    training: Sequence[ReplicaRecord] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,9 @@ class Plan:
     #: report it (reconcile.sync.tfjob), and its write may wait for company (the pacer,
     #: reconcile.sync.pacing)
     progress: bool = False
+    #: the status change is trainingProgress alone: written at the training-progress
+    #: pace (reconcile.sync.status_writes)
+    training_only: bool = False
     events: list[EventIntent] = field(default_factory=list)
     requeue_after: float | None = None  # earliest due timer
     delete_job: bool = False  # ttlSecondsAfterFinished expired

@@ -16,6 +16,7 @@ from reconcile.api.names import CHIEF_TYPES
 from reconcile.objects.cluster_spec import ClusterMember, cluster_layout, tf_port
 from reconcile.objects.observed import ObservedPod
 from reconcile.objects.pods import LIVE_PHASES, JobRef, build_pod, is_terminating, name_of
+from reconcile.objects.reporting import Reporting, opted_out
 from reconcile.objects.services import build_service
 from reconcile.policy import conditions as cond
 from reconcile.policy.conditions import EventIntent
@@ -33,6 +34,7 @@ def new_pods(
     cluster_domain: str | None,
     operator_name: str,
     gang: Gang | None = None,
+    reporting: Reporting | None = None,
 ) -> list[JSON]:
     """The pod bodies for the indexes to create, per replica type. TF_CONFIG is rendered
     now, from the spec as it is: a pod keeps the cluster layout it started with."""
@@ -41,6 +43,8 @@ def new_pods(
         rt: ClusterMember(replicas=s.count, port=tf_port(s.template)) for rt, s in specs.items()
     }
     ref = job_ref(job)
+    if reporting is not None and opted_out(job.metadata):
+        reporting = None
     layout = cluster_layout(
         ref.name,
         ref.namespace,
@@ -60,6 +64,7 @@ def new_pods(
                 tf_config=layout.tf_config(rtype, index),
                 master_role=is_master_role(rtype, index, specs),
                 operator_name=operator_name,
+                reporting=reporting,
             )
             if gang is not None:
                 pod = decorated_pod(pod, gang, ref.name, rtype)

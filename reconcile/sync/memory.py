@@ -4,7 +4,9 @@ Everything else a pass needs it reads afresh from the caches; this is what the c
 cannot say:
 - the job's spec, parsed, validated and defaulted once per spec object (api.spec);
 - creates the apiserver keeps refusing, and since when (policy.failures);
-- when the job's status was last written, to pace progress-only writes (the pacer);
+- when the job's status was last written, to pace progress-only writes (the pacer)
+  and writes of training progress alone (the training pacer);
+- its replicas' training-progress reports (reconcile.sync.progress);
 - the job its handed-off creates were planned for, so they are dropped when the job
   changes under them (``JobRecord.planned_for``);
 - while its own writes are not all observed: the pods its last progress report was
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from controller.types import Pacer
 from reconcile.api.spec import SpecCache
 from reconcile.policy.failures import CreateFailures
+from reconcile.sync.progress import ProgressIntake
 
 
 @dataclass(slots=True)
@@ -34,10 +37,22 @@ class JobRecord:
 
 
 class JobMemory:
-    def __init__(self, *, specs: SpecCache, failures: CreateFailures, pacer: Pacer) -> None:
+    def __init__(
+        self,
+        *,
+        specs: SpecCache,
+        failures: CreateFailures,
+        pacer: Pacer,
+        training_pacer: Pacer | None = None,
+        progress: ProgressIntake | None = None,
+    ) -> None:
         self.specs = specs
         self.failures = failures
         self.pacer = pacer
+        #: paces writes of trainingProgress alone (reconcile.sync.progress)
+        self.training_pacer = training_pacer
+        #: the replicas' training-progress reports, when the endpoint is on
+        self.progress = progress
         self._records: dict[str, JobRecord] = {}
 
     def record(self, key: str) -> JobRecord:
@@ -57,6 +72,10 @@ class JobMemory:
         self.specs.forget(key)
         self.failures.forget(key)
         self.pacer.forget(key)
+        if self.training_pacer is not None:
+            self.training_pacer.forget(key)
+        if self.progress is not None:
+            self.progress.forget(key)
 
     def __len__(self) -> int:
         return len(self._records)

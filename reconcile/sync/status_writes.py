@@ -4,7 +4,10 @@ announces once stored.
 Progress alone (replica counts, Running) is paced: a job writes it at most once per
 STATUS_PACE_SECONDS after any status write, and progress seen sooner waits, the wait
 being the pass's requeue_after, so the pods of a job that start together share one
-write (or the decisive write that follows them). Anything else is written at once. A
+write (or the decisive write that follows them). Training progress alone
+(trainingProgress, from the replicas' reports) has a pace of its own, seconds rather
+than a tenth of one (``--progress-status-interval``). Anything else is written at once,
+with the latest of both. A
 pass that handed creates to the background hands its status write there too.
 """
 
@@ -49,7 +52,11 @@ class StatusWrites:
         requeue_after = plan.requeue_after
         if plan.status is None:
             return requeue_after
-        wait = self.memory.pacer.delay(key) if plan.progress else 0.0
+        wait = 0.0
+        if plan.training_only and self.memory.training_pacer is not None:
+            wait = self.memory.training_pacer.delay(key)
+        elif plan.progress:
+            wait = self.memory.pacer.delay(key)
         if wait > 0:
             structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
             return wait if requeue_after is None else min(requeue_after, wait)
@@ -59,7 +66,7 @@ class StatusWrites:
             # budget. In a burst of new jobs, their first writes (Created) queue there
             # for seconds, and workers waiting on them would leave other jobs' passes
             # (a pod now running, a chief that succeeded) waiting too.
-            self.memory.pacer.mark(key)
+            self._mark(key)
             self.memory.record(key).status_in_flight = True  # until the write is back
             self.spawner.spawn(
                 key, lambda: self._write_and_announce(key, view, plan), bounded=False
@@ -67,9 +74,15 @@ class StatusWrites:
             outcome.status_handed_off = True
             return requeue_after
         await write_status(self.jobs, self.expectations, key, view, plan.status)
-        self.memory.pacer.mark(key)
+        self._mark(key)
         outcome.status_written = True
         return requeue_after
+
+    def _mark(self, key: str) -> None:
+        """Any status write carries the latest progress of both kinds."""
+        self.memory.pacer.mark(key)
+        if self.memory.training_pacer is not None:
+            self.memory.training_pacer.mark(key)
 
     async def _write_and_announce(self, key: str, view: JobView, plan: Plan) -> None:
         if plan.status is None:

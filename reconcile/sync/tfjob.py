@@ -67,6 +67,7 @@ from reconcile.sync.keys import (
 from reconcile.sync.memory import JobMemory
 from reconcile.sync.metrics import JobMetrics
 from reconcile.sync.ports import Caches, Writers
+from reconcile.sync.progress import ProgressIntake
 from reconcile.sync.status_writes import StatusWrites
 from reconcile.sync.writes import WriteTally, delete_job, write_podgroup, write_status
 
@@ -99,6 +100,8 @@ class TFJobReconciler:
         clock: Clock,
         spawner: Spawner,
         pacer: Pacer,
+        training_pacer: Pacer | None = None,
+        progress: ProgressIntake | None = None,
         config: PlanConfig | None = None,
         metrics: JobMetrics | None = None,
         max_concurrent_writes: int = 64,
@@ -118,6 +121,8 @@ class TFJobReconciler:
             specs=SpecCache(),
             failures=CreateFailures(clock, grace_seconds=failed_create_grace),
             pacer=pacer,
+            training_pacer=training_pacer,
+            progress=progress,
         )
         self.statuses = StatusWrites(
             jobs=writers.jobs,
@@ -239,6 +244,7 @@ class TFJobReconciler:
             failure=self.memory.failures.persistent(key, raw["metadata"]["uid"]),
             podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
             priorities=self._priorities(view),
+            training=self.memory.progress.records(key) if self.memory.progress else (),
         )
         plan = partial(_plan_of, snap, pods, self.config, status_only)
         if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:

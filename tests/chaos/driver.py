@@ -95,6 +95,17 @@ class Run:
             if audit.exists():
                 shutil.copy(audit, logs / "audit.log")
 
+    @staticmethod
+    async def _default_service_account(api: Api) -> None:
+        """ServiceAccount admission refuses pods until KCM has made the namespace's
+        default ServiceAccount."""
+        path = f"/api/v1/namespaces/{NS}/serviceaccounts/default"
+        deadline = time.monotonic() + 30
+        while (await api.call("GET", path))[0] != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no default ServiceAccount in {NS}")
+            await asyncio.sleep(0.02)
+
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self.tasks.append(task)
@@ -112,6 +123,7 @@ class Run:
         status, body = await api.call("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
         if status not in (201, 409):
             raise RuntimeError(f"namespace {NS}: {status} {body}")
+        await self._default_service_account(api)
         history = History(api, NS, self.by_name, self.violations)
         self._spawn(history.run())
         await history.synced()

@@ -65,9 +65,7 @@ BATCH = 50
 
 @pytest.fixture(scope="module")
 def fuzz_ns(kube: Kube) -> Iterator[str]:
-    kube.req(
-        "POST", "/api/v1/namespaces", {"metadata": {"name": NS, "labels": {"tfjob-test": "1"}}}
-    )
+    kube.api.create_namespace(NS, {"tfjob-test": "1"})
     yield NS
     kube.req("DELETE", f"/api/v1/namespaces/{NS}")
 

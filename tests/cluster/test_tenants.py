@@ -31,10 +31,7 @@ def tenant(cluster: Cluster) -> Iterator[Tenant]:
     """A namespace of the tenant's own; its pods' finalizers are let go at the end, or
     the namespace would never go."""
     name = f"tenant-{uuid.uuid4().hex[:8]}"
-    status, body = cluster.api.request(
-        "POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {"tfjob-test": "1"}}}
-    )
-    assert status == 201, body
+    cluster.api.create_namespace(name, {"tfjob-test": "1"})
     t = Tenant(cluster, name)
     yield t
     for pod in t.req("GET", t.pods())["items"]:

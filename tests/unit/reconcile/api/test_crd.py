@@ -55,11 +55,15 @@ def test_crd_basics() -> None:
     (version,) = spec["versions"]
     assert version["subresources"] == {"status": {}}
     columns = version["additionalPrinterColumns"]
-    assert [(c["name"], c["jsonPath"]) for c in columns[:2]] == [
+    # upstream's two first, then training progress; the rest only with -o wide
+    assert [(c["name"], c["jsonPath"]) for c in columns[:4]] == [
         ("State", ".status.conditions[-1:].type"),
         ("Age", ".metadata.creationTimestamp"),
+        ("Progress", ".status.trainingProgress.percent"),
+        ("ETA", ".status.trainingProgress.estimatedRemaining"),
     ]
-    assert all(c.get("priority", 0) == 1 for c in columns[2:])
+    assert all(c.get("priority", 0) == 0 for c in columns[:4])
+    assert all(c.get("priority", 0) == 1 for c in columns[4:])
 
 
 def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

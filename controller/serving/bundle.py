@@ -1,0 +1,133 @@
+"""A CA bundle kept as a ConfigMap in every namespace that needs it.
+
+Pods verify the report endpoint with the CA in a ConfigMap of their own namespace (a
+projected volume can only read its namespace's). ``want(namespace)`` asks for it there
+(called from an informer handler when a namespace's first job is seen); ``run``, a
+leader's service, writes what is wanted: a GET, then a create, or a merge patch when
+the data differ, and remembers the namespaces that hold the current bundle. When the
+bundle changes (``set_bundle``: a rotated CA), every namespace it was written to is
+written again. The kubelet refreshes projected ConfigMaps in running pods within about
+a minute, so a rotation reaches pods that are already running.
+
+A namespace that is terminating, or that refuses the write (403), is given up until it
+is wanted again; other failures are retried with a backoff of a second doubling to a
+minute. Nothing here is ever deleted: the ConfigMap goes with its namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import anyio
+import structlog
+
+from controller import errors
+from controller.types import JSON
+
+log = structlog.get_logger("controller.serving.bundle")
+
+RETRY_MIN, RETRY_MAX = 1.0, 60.0
+
+
+class ConfigMaps(Protocol):
+    async def get(self, namespace: str, name: str) -> JSON | None: ...
+
+    async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    async def patch(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON: ...
+
+
+class BundleDistributor:
+    def __init__(
+        self, configmaps: ConfigMaps, name: str, key: str, bundle: str, *, labels: Mapping[str, str]
+    ) -> None:
+        self._client = configmaps
+        self.name = name
+        self.key = key
+        self._bundle = bundle
+        self._labels = dict(labels)
+        self._wanted: set[str] = set()
+        self._done: set[str] = set()  # hold the current bundle
+        self._retry: dict[str, float] = {}  # namespace -> its next backoff
+        self._due: dict[str, float] = {}  # namespace -> when to try again (anyio time)
+        self._wake = anyio.Event()
+        self.writes = 0
+
+    @property
+    def bundle(self) -> str:
+        return self._bundle
+
+    def want(self, namespace: str) -> None:
+        if namespace and namespace not in self._done and namespace not in self._wanted:
+            self._wanted.add(namespace)
+            self._wake.set()
+
+    def set_bundle(self, bundle: str) -> None:
+        if bundle == self._bundle:
+            return
+        self._bundle = bundle
+        self._wanted |= self._done
+        self._done.clear()
+        self._wake.set()
+
+    def holds(self, namespace: str) -> bool:
+        return namespace in self._done
+
+    async def run(self) -> None:
+        while True:
+            now = anyio.current_time()
+            for namespace, due in list(self._due.items()):
+                if due <= now:
+                    del self._due[namespace]
+                    self._wanted.add(namespace)
+            while self._wanted:
+                namespace = min(self._wanted)
+                self._wanted.discard(namespace)
+                await self._ensure(namespace)
+            wait = min(self._due.values()) - anyio.current_time() if self._due else None
+            with anyio.move_on_after(wait):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    async def _ensure(self, namespace: str) -> None:
+        bundle = self._bundle
+        try:
+            await self._write(namespace, bundle)
+        except errors.ApiError as e:
+            if isinstance(e, errors.Forbidden) or errors.is_namespace_terminating(e):
+                log.warning("CA bundle not written", namespace=namespace, error=str(e))
+                return
+            delay = self._retry.get(namespace, RETRY_MIN)
+            self._retry[namespace] = min(RETRY_MAX, delay * 2)
+            log.warning("CA bundle write failed", namespace=namespace, error=str(e), retry_in=delay)
+            self._later(namespace, delay)
+            return
+        self._retry.pop(namespace, None)
+        if bundle == self._bundle:
+            self._done.add(namespace)
+        else:
+            self._wanted.add(namespace)  # rotated meanwhile
+
+    async def _write(self, namespace: str, bundle: str) -> None:
+        current = await self._client.get(namespace, self.name)
+        data = {self.key: bundle}
+        if current is None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": self.name, "namespace": namespace, "labels": self._labels},
+                "data": data,
+            }
+            try:
+                await self._client.create(namespace, body)
+                self.writes += 1
+            except errors.AlreadyExists:
+                await self._write(namespace, bundle)  # someone else's: look at it again
+            return
+        if (current.get("data") or {}).get(self.key) != bundle:
+            await self._client.patch(namespace, self.name, {"data": data})
+            self.writes += 1
+
+    def _later(self, namespace: str, delay: float) -> None:
+        self._due[namespace] = anyio.current_time() + delay

@@ -1,0 +1,350 @@
+"""The HTTPS endpoint training processes push reports to.
+
+One POST per report, on connections kept alive between them, so a pod reporting every
+few seconds pays one TLS handshake per connection, not per report. Each request, in
+this order:
+
+1. its head read strictly (request line, header names and values, one Content-Length,
+   no Transfer-Encoding): 400 otherwise, 411 without a length;
+2. POST only (405), a path the sink knows (404), a bearer token (401), a body of at
+   most ``max_body`` bytes (413, the connection closed unread) that says it is JSON
+   (415);
+3. while this process is not the one whose reports count (``leading()`` false): 503
+   with Retry-After, so the client sends again later (a kept-alive connection is
+   closed with it, and the next one may reach the leader);
+4. the token reviewed by the apiserver for the path's audience (a cached verdict,
+   controller.serving.tokenreview): 401 refused, 503 when the apiserver cannot be
+   asked;
+5. at most ``rate`` reports a second per caller (the pod its token is bound to), with a
+   burst: 429 with Retry-After;
+6. the sink's answer: 204, or a refusal it explains (400 naming the field, 403, 404).
+
+Refusals carry ``{"error": ..., "field": ...}`` and are counted by status code. Nothing
+a client sends can end the server: every failure inside a connection closes that
+connection only, and a connection that says nothing for ``idle_timeout`` is closed.
+"""
+
+from __future__ import annotations
+
+import math
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import anyio
+import anyio.abc
+import orjson
+import structlog
+from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
+from anyio.streams.tls import TLSStream
+
+from controller.observability.prometheus import Counter, Registry, Sample
+from controller.observability.server import accept_loop, listen_sockets, parse_address
+from controller.serving.limits import KeyedLimiter
+from controller.serving.tokenreview import ReviewUnavailable, TokenReviewer
+from controller.types import Reply, ReportSink
+
+log = structlog.get_logger("controller.serving.reports")
+
+MAX_HEAD_BYTES = 8192
+DEFAULT_MAX_BODY = 16 * 1024
+HANDSHAKE_TIMEOUT = 10.0
+#: a client that sent part of a request has this long for the rest
+REQUEST_TIMEOUT = 10.0
+#: a kept-alive connection with no request for this long is closed
+IDLE_TIMEOUT = 90.0
+MAX_CONNECTIONS = 4096
+CODES = (204, 400, 401, 403, 404, 405, 411, 413, 415, 429, 431, 500, 503)
+_REASONS = {
+    204: "No Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+_TOKEN_CHARS = frozenset(
+    b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+)
+
+
+class _Close(Exception):
+    """The connection ends here (after the answer, if one was sent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names; a repeated header is refused, not merged
+    length: int | None
+
+
+class _Refused(Exception):
+    """The request is answered with ``reply`` and the connection closed."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.message)
+        self.reply = reply
+
+
+class ReportServer:
+    def __init__(
+        self,
+        *,
+        address: str,
+        tls: Callable[[], ssl.SSLContext],
+        sink: ReportSink,
+        reviewer: TokenReviewer,
+        limiter: KeyedLimiter,
+        leading: Callable[[], bool],
+        registry: Registry,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout: float = IDLE_TIMEOUT,
+        request_timeout: float = REQUEST_TIMEOUT,
+        metric_prefix: str = "reports",
+    ) -> None:
+        """``tls()`` gives the context for the next handshake (a rotated certificate is
+        picked up by new connections)."""
+        self.address = address
+        self._tls = tls
+        self._sink = sink
+        self._reviewer = reviewer
+        self._limiter = limiter
+        self._leading = leading
+        self.max_body = max_body
+        self.max_connections = max_connections
+        self.idle_timeout = idle_timeout
+        self.request_timeout = request_timeout
+        self.bound: tuple[str, int] | None = None
+        requests = Counter(
+            f"{metric_prefix}_requests_total",
+            "Reports received, by the status code they were answered with.",
+            ["code"],
+            registry=registry,
+        )
+        self._by_code = {c: requests.labels(str(c)) for c in CODES}
+        self._other = requests.labels("other")
+        reviews_name = f"{metric_prefix}_token_reviews_total"
+
+        def reviews() -> list[tuple[str, str, str, list[Sample]]]:
+            samples = [(reviews_name, {"result": r}, float(n)) for r, n in reviewer.counts.items()]
+            doc = "Token verdicts: hit (cached), accepted, refused (by the apiserver), error."
+            return [(reviews_name, "counter", doc, samples)]
+
+        registry.add_collector(reviews)
+        self.connections = 0
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        listeners = await listen_sockets(*parse_address(self.address))
+        bound = listeners[0].extra(SocketAttribute.local_address)
+        if isinstance(bound, tuple):
+            self.bound = (str(bound[0]), int(bound[1]))
+        log.info("serving reports", address=self.address, bound=self.bound)
+        slots = anyio.Semaphore(self.max_connections)
+        try:
+            async with anyio.create_task_group() as tg:
+                for one in listeners:
+                    tg.start_soon(accept_loop, one, slots, partial(self._start, tg, slots))
+                task_status.started()
+        finally:
+            for one in listeners:
+                with anyio.CancelScope(shield=True):
+                    await one.aclose()
+
+    def _start(self, tg: TaskGroup, slots: anyio.Semaphore, stream: SocketStream) -> None:
+        tg.start_soon(self._connection, stream, slots)
+
+    async def _connection(self, raw: anyio.abc.SocketStream, slots: anyio.Semaphore) -> None:
+        self.connections += 1
+        try:
+            with anyio.fail_after(HANDSHAKE_TIMEOUT):
+                stream = await TLSStream.wrap(
+                    raw, server_side=True, ssl_context=self._tls(), standard_compatible=False
+                )
+        except BaseException as e:
+            self.connections -= 1
+            slots.release()
+            with anyio.CancelScope(shield=True):
+                await raw.aclose()
+            if not isinstance(e, Exception):
+                raise
+            return
+        try:
+            async with stream:
+                await _Conversation(self, stream).run()
+        except Exception as e:
+            log.debug("report connection ended", error=f"{type(e).__name__}: {e}")
+        finally:
+            self.connections -= 1
+            slots.release()
+
+    def count(self, status: int) -> None:
+        self._by_code.get(status, self._other).inc()
+
+    async def answer(self, request: _Request, body: bytes) -> Reply:
+        """Steps 3 to 6 of the module docstring, for a request read whole."""
+        audience = self._sink.audience(request.path)
+        if audience is None:
+            return Reply(404, f"no reports are taken at {request.path[:200]}")
+        token = _bearer(request.headers.get("authorization", ""))
+        if not token:
+            return Reply(401, "a bearer token is required")
+        if not self._leading():
+            return Reply(503, "not the leader: send again later", retry_after=1.0)
+        try:
+            verdict = await self._reviewer.review(token, audience)
+        except ReviewUnavailable as e:
+            log.warning("token review failed", error=str(e))
+            return Reply(503, "the token cannot be reviewed now", retry_after=2.0)
+        if verdict.caller is None:
+            return Reply(401, verdict.reason or "token refused")
+        wait = self._limiter.take(verdict.caller.key)
+        if wait > 0:
+            return Reply(429, "reporting faster than allowed", retry_after=wait)
+        try:
+            return self._sink.accept(request.path, verdict.caller, body)
+        except Exception:
+            log.exception("report sink failed", path=request.path[:200])
+            return Reply(500, "the report could not be taken")
+
+
+class _Conversation:
+    """One connection's requests, one after the other."""
+
+    def __init__(self, server: ReportServer, stream: anyio.abc.ByteStream) -> None:
+        self.server = server
+        self.stream = stream
+        self.buf = b""
+
+    async def run(self) -> None:
+        first = True
+        while True:
+            wait = self.server.request_timeout if first else self.server.idle_timeout
+            try:
+                with anyio.fail_after(wait):
+                    if not await self._fill_until_head():
+                        return  # closed between requests
+                request = self._parse_head()
+                with anyio.fail_after(self.server.request_timeout):
+                    body = await self._body(request)
+            except _Refused as r:
+                await self._send(r.reply)
+                return
+            first = False
+            reply = await self.server.answer(request, body)
+            close = (
+                request.headers.get("connection", "").lower() == "close"
+                or reply.status == 503
+                or reply.status >= 500
+            )
+            await self._send(reply, close=close)
+            if close:
+                return
+
+    async def _fill_until_head(self) -> bool:
+        while b"\r\n\r\n" not in self.buf:
+            if len(self.buf) > MAX_HEAD_BYTES:
+                raise _Refused(Reply(431, "request head too large"))
+            try:
+                chunk = await self.stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError, OSError):
+                if self.buf:
+                    raise _Close() from None
+                return False
+            self.buf += chunk
+        return True
+
+    def _parse_head(self) -> _Request:
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        if len(head) > MAX_HEAD_BYTES:
+            raise _Refused(Reply(431, "request head too large"))
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or parts[2] != b"HTTP/1.1" or not _is_token(parts[0]):
+            raise _Refused(Reply(400, "malformed request line"))
+        target = parts[1]
+        if not target.startswith(b"/") or any(c <= 0x20 or c >= 0x7F for c in target):
+            raise _Refused(Reply(400, "malformed request target"))
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon or not _is_token(name):
+                # also a folded line (obs-fold), which RFC 9112 lets a server refuse
+                raise _Refused(Reply(400, "malformed header line"))
+            if any((c < 0x20 and c != 0x09) or c == 0x7F for c in value):
+                raise _Refused(Reply(400, "control character in a header value"))
+            key = name.decode("ascii").lower()
+            if key in headers:
+                raise _Refused(Reply(400, f"header {key} repeated"))
+            headers[key] = value.strip(b" \t").decode("latin-1")
+        if "transfer-encoding" in headers:
+            raise _Refused(Reply(411, "send a Content-Length, not a Transfer-Encoding"))
+        length = None
+        if "content-length" in headers:
+            text = headers["content-length"]
+            if not (text.isascii() and text.isdigit()) or len(text) > 12:
+                raise _Refused(Reply(400, "malformed Content-Length"))
+            length = int(text)
+        path = target.split(b"?", 1)[0].decode("ascii")
+        return _Request(parts[0].decode("ascii"), path, headers, length)
+
+    async def _body(self, request: _Request) -> bytes:
+        if request.method != "POST":
+            raise _Refused(Reply(405, "only POST"))
+        if request.length is None:
+            raise _Refused(Reply(411, "a Content-Length is required"))
+        if request.length > self.server.max_body:
+            raise _Refused(Reply(413, f"a report is at most {self.server.max_body} bytes"))
+        ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if ctype != "application/json":
+            raise _Refused(Reply(415, "Content-Type must be application/json"))
+        while len(self.buf) < request.length:
+            try:
+                self.buf += await self.stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError, OSError):
+                raise _Close() from None
+        body, self.buf = self.buf[: request.length], self.buf[request.length :]
+        return body
+
+    async def _send(self, reply: Reply, *, close: bool = True) -> None:
+        self.server.count(reply.status)
+        lines = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}"]
+        body = b""
+        if reply.status != 204:
+            doc: dict[str, str] = {"error": reply.message}
+            if reply.field_name:
+                doc["field"] = reply.field_name
+            body = orjson.dumps(doc) + b"\n"
+            lines.append("Content-Type: application/json")
+            lines.append(f"Content-Length: {len(body)}")
+        if reply.retry_after is not None:
+            lines.append(f"Retry-After: {max(1, math.ceil(reply.retry_after))}")
+        if reply.status == 401:
+            lines.append("WWW-Authenticate: Bearer")
+        if close:
+            lines.append("Connection: close")
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        with anyio.move_on_after(self.server.request_timeout):
+            await self.stream.send(data)
+
+
+def _is_token(text: bytes) -> bool:
+    return bool(text) and all(c in _TOKEN_CHARS for c in text)
+
+
+def _bearer(value: str) -> str:
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > 16384:
+        return ""
+    return token

@@ -1,0 +1,193 @@
+"""Bearer tokens reviewed by the apiserver (TokenReview), cached for their lifetime.
+
+A report is authenticated by asking the apiserver: ``POST tokenreviews`` with the token
+and the audience it must carry. The answer is cached by (sha256 of the token, audience)
+until the token expires (its ``exp`` claim, read only after the apiserver accepted it),
+at most ``max_ttl``, so a pod reporting every few seconds costs one review per token
+rotation, not one per report. A refusal is cached for ``negative_ttl``: a client
+retrying a bad token does not turn each retry into an API call.
+
+What a cached acceptance cannot see is a token revoked early: a bound token dies with
+its pod, and the caller of this module checks that pod against its own cache.
+
+Reviews in flight are bounded (``max_in_flight``), and one token's concurrent first
+reports share one review. An API error is not a verdict: nothing is cached and the
+caller answers 503, so the client retries.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+
+from controller.types import Caller, Clock
+
+REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+#: the kubelet rotates a projected token at 80% of its life (an hour by default)
+DEFAULT_MAX_TTL = 600.0
+DEFAULT_NEGATIVE_TTL = 10.0
+DEFAULT_MAX_ENTRIES = 100_000
+#: a review is one small POST; this many at once is plenty, and bounds what a flood of
+#: fresh tokens can make us send
+DEFAULT_MAX_IN_FLIGHT = 8
+
+Post = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+
+
+class ReviewUnavailable(Exception):
+    """The apiserver could not be asked: no verdict."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    caller: Caller | None  # None: refused
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class _Entry:
+    verdict: Verdict
+    until: float  # monotonic
+
+
+class TokenReviewer:
+    def __init__(
+        self,
+        post: Post,
+        clock: Clock,
+        *,
+        max_ttl: float = DEFAULT_MAX_TTL,
+        negative_ttl: float = DEFAULT_NEGATIVE_TTL,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
+        """``post(path, body)`` sends a request to the apiserver and returns its JSON
+        answer, raising on failure."""
+        self._post = post
+        self._clock = clock
+        self.max_ttl = max_ttl
+        self.negative_ttl = negative_ttl
+        self._max_entries = max_entries
+        self._cache: OrderedDict[tuple[bytes, str], _Entry] = OrderedDict()
+        self._pending: dict[tuple[bytes, str], anyio.Event] = {}
+        self._limit = anyio.Semaphore(max_in_flight)
+        #: what the reviews cost: "hit", "accepted", "refused", "error"
+        self.counts: dict[str, int] = {"hit": 0, "accepted": 0, "refused": 0, "error": 0}
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    async def review(self, token: str, audience: str) -> Verdict:
+        """The apiserver's verdict on ``token`` for ``audience``, cached."""
+        key = (hashlib.sha256(token.encode()).digest(), audience)
+        while True:
+            hit = self._cached(key)
+            if hit is not None:
+                self.counts["hit"] += 1
+                return hit
+            pending = self._pending.get(key)
+            if pending is None:
+                break
+            await pending.wait()  # the same token's review is on its way: share it
+            if key not in self._cache:
+                break  # it failed: ask ourselves
+        done = self._pending[key] = anyio.Event()
+        try:
+            async with self._limit:
+                verdict, ttl = await self._ask(token, audience)
+            self._store(key, verdict, ttl)
+            return verdict
+        finally:
+            del self._pending[key]
+            done.set()
+
+    def _cached(self, key: tuple[bytes, str]) -> Verdict | None:
+        entry = self._cache.get(key)
+        if entry is None:
+            return None
+        if entry.until <= self._clock.monotonic():
+            del self._cache[key]
+            return None
+        return entry.verdict
+
+    def _store(self, key: tuple[bytes, str], verdict: Verdict, ttl: float) -> None:
+        if ttl <= 0:
+            return
+        self._cache[key] = _Entry(verdict, self._clock.monotonic() + ttl)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)
+
+    async def _ask(self, token: str, audience: str) -> tuple[Verdict, float]:
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [audience]},
+        }
+        try:
+            answer = await self._post(REVIEW_PATH, body)
+        except Exception as e:
+            self.counts["error"] += 1
+            raise ReviewUnavailable(f"{type(e).__name__}: {e}") from e
+        status = answer.get("status")
+        status = status if isinstance(status, Mapping) else {}
+        if status.get("authenticated") is not True:
+            self.counts["refused"] += 1
+            reason = status.get("error") or "the apiserver did not authenticate the token"
+            return Verdict(None, str(reason)[:300]), self.negative_ttl
+        audiences = status.get("audiences")
+        if isinstance(audiences, list) and audiences and audience not in audiences:
+            self.counts["refused"] += 1
+            return Verdict(None, f"the token is not for audience {audience}"), self.negative_ttl
+        self.counts["accepted"] += 1
+        caller = _caller(status.get("user"))
+        return Verdict(caller), self._ttl(token)
+
+    def _ttl(self, token: str) -> float:
+        exp = token_expiry(token)
+        if exp is None:
+            return self.max_ttl
+        left = exp - self._clock.now().timestamp()
+        return max(0.0, min(self.max_ttl, left))
+
+
+def _caller(user: object) -> Caller:
+    user = user if isinstance(user, Mapping) else {}
+    extra_in = user.get("extra")
+    extra: dict[str, tuple[str, ...]] = {}
+    if isinstance(extra_in, Mapping):
+        for k, v in extra_in.items():
+            if isinstance(k, str) and isinstance(v, list):
+                extra[k] = tuple(str(x) for x in v)
+    groups = user.get("groups")
+    return Caller(
+        username=str(user.get("username") or ""),
+        uid=str(user.get("uid") or ""),
+        groups=tuple(str(g) for g in groups) if isinstance(groups, list) else (),
+        extra=extra,
+    )
+
+
+def token_expiry(token: str) -> float | None:
+    """The ``exp`` claim (POSIX seconds) of a JWT, unverified: read only once the
+    apiserver has verified the token, to know how long its verdict holds."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = orjson.loads(base64.urlsafe_b64decode(payload))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    if isinstance(exp, int | float) and not isinstance(exp, bool) and math.isfinite(exp):
+        return float(exp)
+    return None

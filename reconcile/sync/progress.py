@@ -1,0 +1,122 @@
+"""The intake of training-progress reports, and what is kept of them until the job's
+status shows them.
+
+Reports arrive at ``/v1/namespaces/{ns}/tfjobs/{name}/progress`` (the server,
+controller.serving.reports, has checked the token for ``audience(ns, name)`` by then).
+Each is taken only from a pod of that job, as the job and the pod stand in the
+informer caches (reconcile.progress.identity), and kept as that replica's record,
+replacing its last one. The job is then scheduled for a pass no sooner than its
+training-progress pace allows (``pacer``): the pass summarises the records into
+``trainingProgress`` (reconcile.plan.training) and writes it, paced unless the pass
+writes anything else anyway. Many reports of one job between two writes cost one pass.
+
+Memory: one record per (replica type, index) of each job that reported; a job's go
+when it is gone (``forget``), a replica's when a later pod of its index reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+
+from controller.types import (
+    POD_NAME_EXTRA,
+    POD_UID_EXTRA,
+    CacheReader,
+    Caller,
+    KeyQueue,
+    Pacer,
+    Reply,
+    object_key,
+)
+from reconcile.progress.identity import Refusal, audience, reporter_of
+from reconcile.progress.records import ReplicaRecord, record
+from reconcile.progress.wire import ReportError, parse_report
+
+#: namespace and name as the apiserver allows them (DNS labels and subdomains)
+_PATH = re.compile(
+    r"/v1/namespaces/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)"
+    r"/tfjobs/([a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?)/progress"
+)
+_SA_PREFIX = "system:serviceaccount:"
+#: reports of one job arriving together (its replicas report on the same epoch) share
+#: the pass that shows them
+GATHER_SECONDS = 0.2
+
+
+def progress_path(namespace: str, name: str) -> str:
+    return f"/v1/namespaces/{namespace}/tfjobs/{name}/progress"
+
+
+class ProgressIntake:
+    """Implements controller.types.ReportSink for TFJobs."""
+
+    def __init__(
+        self,
+        *,
+        jobs: CacheReader,
+        pods: CacheReader,
+        queue: KeyQueue,
+        pacer: Pacer,
+        now: Callable[[], datetime],
+    ) -> None:
+        self._jobs = jobs
+        self._pods = pods
+        self._queue = queue
+        self._pacer = pacer
+        self._now = now
+        self._records: dict[str, dict[tuple[str, int], ReplicaRecord]] = {}
+        self.accepted = 0
+
+    def audience(self, path: str) -> str | None:
+        m = _PATH.fullmatch(path)
+        return audience(m.group(1), m.group(3)) if m else None
+
+    def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
+        m = _PATH.fullmatch(path)
+        if m is None:
+            return Reply(404, "no such path")
+        ns, name = m.group(1), m.group(3)
+        job = self._jobs.get(ns, name)
+        if job is None:
+            return Reply(404, f"no TFJob {ns}/{name}")
+        pod_name = caller.first(POD_NAME_EXTRA)
+        who = reporter_of(
+            job,
+            self._pods.get(ns, pod_name) if pod_name else None,
+            pod_name=pod_name,
+            pod_uid=caller.first(POD_UID_EXTRA),
+            service_account_namespace=_sa_namespace(caller.username),
+        )
+        if isinstance(who, Refusal):
+            return Reply(who.status, who.message)
+        try:
+            report = parse_report(body)
+        except ReportError as e:
+            return Reply(400, str(e), field_name=e.field)
+        key = object_key(ns, name)
+        held = self._records.setdefault(key, {})
+        slot = (who.replica_type, who.index)
+        held[slot] = record(held.get(slot), who, report, self._now())
+        self.accepted += 1
+        self._queue.add_after(key, max(GATHER_SECONDS, self._pacer.delay(key)))
+        return Reply(204)
+
+    def records(self, key: str) -> tuple[ReplicaRecord, ...]:
+        """The job's replicas' last records (shared values: never changed in place)."""
+        held = self._records.get(key)
+        return tuple(held.values()) if held else ()
+
+    def forget(self, key: str) -> None:
+        self._records.pop(key, None)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._records.values())
+
+
+def _sa_namespace(username: str) -> str:
+    """The namespace of a service account's username ("system:serviceaccount:ns:sa")."""
+    if not username.startswith(_SA_PREFIX):
+        return ""
+    return username[len(_SA_PREFIX) :].split(":", 1)[0]

@@ -1,0 +1,275 @@
+"""The report endpoint over real TLS on loopback: each answer of its contract, the
+connection kept alive between reports, and nothing a client sends ending the server."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from anyio.abc import ByteStream
+
+from controller.clock import SystemClock
+from controller.observability.prometheus import Registry
+from controller.serving.limits import KeyedLimiter
+from controller.serving.reports import ReportServer
+from controller.serving.tls import FileCertificate
+from controller.serving.tokenreview import TokenReviewer
+from controller.types import Caller, Reply
+from hack.cluster.pki import make_pki
+
+PATH = "/v1/reports/job-a"
+AUDIENCE = "test/job-a"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    make_pki(d)
+    return d
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Caller, bytes]] = []
+        self.fail = False
+
+    def audience(self, path: str) -> str | None:
+        return AUDIENCE if path == PATH else None
+
+    def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
+        if self.fail:
+            raise RuntimeError("a bug in the sink")
+        self.got.append((path, caller, body))
+        return Reply(204)
+
+
+class Reviews:
+    """The apiserver's TokenReview, as far as these tests need it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.down = False
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.calls += 1
+        if self.down:
+            raise OSError("connection refused")
+        spec = body["spec"]
+        if spec["token"].startswith("good") and spec["audiences"] == [AUDIENCE]:
+            user = {
+                "username": "system:serviceaccount:ns:default",
+                "extra": {"authentication.kubernetes.io/pod-uid": [spec["token"]]},
+            }
+            return {"status": {"authenticated": True, "user": user, "audiences": [AUDIENCE]}}
+        return {"status": {"authenticated": False, "error": "invalid bearer token"}}
+
+
+class Env:
+    def __init__(self, server: ReportServer, sink: Sink, reviews: Reviews, ctx: ssl.SSLContext):
+        self.server, self.sink, self.reviews, self.ctx = server, sink, reviews, ctx
+        self.leading = True
+
+    @asynccontextmanager
+    async def connect(self, tls: bool = True) -> AsyncIterator[ByteStream]:
+        assert self.server.bound is not None
+        host, port = self.server.bound
+        stream: ByteStream
+        if tls:
+            stream = await anyio.connect_tcp(
+                host, port, tls=True, ssl_context=self.ctx, tls_standard_compatible=False
+            )
+        else:
+            stream = await anyio.connect_tcp(host, port)
+        async with stream:
+            yield stream
+
+
+@asynccontextmanager
+async def running(pki: Path, **kw: Any) -> AsyncIterator[Env]:
+    clock = SystemClock()
+    sink, reviews = Sink(), Reviews()
+    cert = FileCertificate(pki / "apiserver.crt", pki / "apiserver.key", clock)
+    env: Env
+    server = ReportServer(
+        address="127.0.0.1:0",
+        tls=cert.context,
+        sink=sink,
+        reviewer=TokenReviewer(reviews.post, clock),
+        limiter=KeyedLimiter(clock, rate=kw.pop("rate", 100.0), burst=kw.pop("burst", 100)),
+        leading=lambda: env.leading,
+        registry=Registry(),
+        **kw,
+    )
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    env = Env(server, sink, reviews, ctx)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        yield env
+        tg.cancel_scope.cancel()
+
+
+def request(
+    body: bytes = b'{"step": 1}',
+    *,
+    path: str = PATH,
+    token: str | None = "good-1",
+    method: str = "POST",
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    h = {"Host": "x", "Content-Type": "application/json", "Content-Length": str(len(body))}
+    if token is not None:
+        h["Authorization"] = f"Bearer {token}"
+    h.update(headers or {})
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items())
+    return head.encode() + b"\r\n" + body
+
+
+async def answer(stream: ByteStream) -> tuple[int, dict[str, str], dict[str, Any]]:
+    data = b""
+    with anyio.fail_after(5):
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive()
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        length = int(headers.get("content-length", "0"))
+        while len(rest) < length:
+            rest += await stream.receive()
+    return int(lines[0].split()[1]), headers, orjson.loads(rest) if length else {}
+
+
+async def exchange(env: Env, raw: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
+    async with env.connect() as s:
+        await s.send(raw)
+        return await answer(s)
+
+
+async def test_a_report_is_kept_over_one_kept_alive_connection(pki: Path) -> None:
+    async with running(pki) as env, env.connect() as s:
+        for step in range(3):
+            await s.send(request(orjson.dumps({"step": step})))
+            status, headers, _ = await answer(s)
+            assert status == 204 and "connection" not in headers
+        assert env.server.connections == 1
+        assert [b for _, _, b in env.sink.got] == [b'{"step":0}', b'{"step":1}', b'{"step":2}']
+        caller = env.sink.got[0][1]
+        assert caller.username == "system:serviceaccount:ns:default" and caller.key == "good-1"
+        # one review for the token, however many reports
+        assert env.reviews.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "words"),
+    [
+        (request(token=None), 401, "bearer token is required"),
+        (request(token="bad"), 401, "invalid bearer token"),
+        (request(headers={"Authorization": "Basic abc"}), 401, "bearer"),
+        (request(path="/v1/reports/other"), 404, "no reports are taken"),
+        (request(method="GET", body=b""), 405, "only POST"),
+        (request(headers={"Content-Type": "text/plain"}), 415, "application/json"),
+        (b"POST /x HTTP/1.1\r\nHost: x\r\n\r\n", 411, "Content-Length"),
+        (
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            411,
+            "Transfer-Encoding",
+        ),
+        (request(b"x" * 20000), 413, "at most"),
+        (b"POST /x HTTP/1.0\r\n\r\n", 400, "request line"),
+        (b"POST  /x HTTP/1.1\r\n\r\n", 400, "request line"),
+        (b"POST /x HTTP/1.1\r\nA: 1\r\nA: 2\r\n\r\n", 400, "repeated"),
+        (b"POST /x HTTP/1.1\r\nBad Name: 1\r\n\r\n", 400, "header line"),
+        (b"POST /x HTTP/1.1\r\n folded\r\n\r\n", 400, "header line"),
+        (b"POST /x HTTP/1.1\r\nA: \x01\r\n\r\n", 400, "control character"),
+        (b"POST /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "Content-Length"),
+        (b"POST /x HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n", 431, "too large"),
+    ],
+)
+async def test_refusals(pki: Path, raw: bytes, status: int, words: str) -> None:
+    async with running(pki) as env:
+        got, headers, doc = await exchange(env, raw)
+        assert got == status, doc
+        assert words.lower() in doc["error"].lower()
+        if status == 401:
+            assert headers["www-authenticate"] == "Bearer"
+        assert env.sink.got == []
+        # and the server goes on
+        assert (await exchange(env, request()))[0] == 204
+
+
+async def test_a_malformed_document_is_the_sinks_to_refuse(pki: Path) -> None:
+    async with running(pki) as env:
+        env.sink.accept = lambda path, caller, body: Reply(400, "step: required", "step")  # type: ignore[method-assign]
+        status, _, doc = await exchange(env, request(b"{}"))
+        assert (status, doc) == (400, {"error": "step: required", "field": "step"})
+
+
+async def test_a_pod_over_its_rate_is_told_when_to_come_back(pki: Path) -> None:
+    async with running(pki, rate=0.5, burst=2) as env, env.connect() as s:
+        statuses = []
+        for _ in range(3):
+            await s.send(request(token="good-fast"))
+            status, headers, _ = await answer(s)
+            statuses.append((status, headers.get("retry-after")))
+        assert statuses == [(204, None), (204, None), (429, "2")]
+        # another pod is not held back by it
+        assert (await exchange(env, request(token="good-other")))[0] == 204
+
+
+async def test_not_the_leader_answers_503_and_closes(pki: Path) -> None:
+    async with running(pki) as env:
+        env.leading = False
+        status, headers, doc = await exchange(env, request())
+        assert (status, headers["retry-after"], headers["connection"]) == (503, "1", "close")
+        assert "leader" in doc["error"] and env.reviews.calls == 0
+
+
+async def test_an_apiserver_that_cannot_be_asked_is_503_not_401(pki: Path) -> None:
+    async with running(pki) as env:
+        env.reviews.down = True
+        status, headers, _ = await exchange(env, request())
+        assert status == 503 and headers["retry-after"] == "2"
+        env.reviews.down = False
+        assert (await exchange(env, request()))[0] == 204  # nothing was cached
+
+
+async def test_a_broken_sink_is_a_500_and_the_server_goes_on(pki: Path) -> None:
+    async with running(pki) as env:
+        env.sink.fail = True
+        assert (await exchange(env, request()))[0] == 500
+        env.sink.fail = False
+        assert (await exchange(env, request()))[0] == 204
+
+
+async def test_plain_http_and_garbage_end_only_their_connection(pki: Path) -> None:
+    async with running(pki) as env:
+        async with env.connect(tls=False) as s:
+            await s.send(request())
+            with anyio.fail_after(5):
+                try:
+                    data = await s.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    data = b""
+            assert not data.startswith(b"HTTP/1.1 204")
+        rng = os.urandom
+        for n in range(20):
+            async with env.connect() as s:
+                await s.send(rng(50 + n * 37) + b"\r\n\r\n")
+                status, _, _ = await answer(s)
+                assert status in (400, 431)
+        assert (await exchange(env, request()))[0] == 204
+
+
+async def test_a_silent_client_is_closed(pki: Path) -> None:
+    async with running(pki, request_timeout=0.2) as env, env.connect() as s:
+        await s.send(b"POST /x HTTP/1.1\r\n")  # half a head, then nothing
+        with anyio.fail_after(5):
+            with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+                while True:
+                    await s.receive()

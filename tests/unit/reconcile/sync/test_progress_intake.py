@@ -1,0 +1,89 @@
+"""The intake: a report taken only from a pod of the job, kept per replica, and the job
+scheduled no sooner than its pace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.clock import FakeClock
+from controller.runtime.pacer import Pacer
+from controller.types import JSON, Caller
+from reconcile.sync.progress import GATHER_SECONDS, ProgressIntake, progress_path
+from tests.builders import make_pod, make_tfjob
+
+JOB = make_tfjob("mnist", "ns", uid="job-uid").worker(2).obj()
+POD = make_pod(JOB, "Worker", 1).uid("pod-1").running().obj()
+
+
+class Cache:
+    def __init__(self, *objs: JSON) -> None:
+        self.objs = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs}
+
+    def get(self, namespace: str, name: str) -> JSON | None:
+        return self.objs.get((namespace, name))
+
+    def by_index(self, index: str, value: str) -> list[JSON]:
+        return []
+
+
+class Queue:
+    def __init__(self) -> None:
+        self.added: list[tuple[str, float]] = []
+
+    def add(self, key: str) -> None:
+        self.added.append((key, 0.0))
+
+    def add_after(self, key: str, delay: float) -> None:
+        self.added.append((key, delay))
+
+
+def caller(pod: str = POD["metadata"]["name"], uid: str = "pod-1", ns: str = "ns") -> Caller:
+    extra = {
+        "authentication.kubernetes.io/pod-name": (pod,),
+        "authentication.kubernetes.io/pod-uid": (uid,),
+    }
+    return Caller(f"system:serviceaccount:{ns}:default", extra=extra)
+
+
+def intake(**kw: Any) -> tuple[ProgressIntake, Queue, Pacer[str]]:
+    clock = FakeClock()
+    queue, pacer = Queue(), Pacer[str](clock, 5.0)
+    got = ProgressIntake(
+        jobs=Cache(JOB), pods=Cache(POD), queue=queue, pacer=pacer, now=clock.now, **kw
+    )
+    return got, queue, pacer
+
+
+PATH = progress_path("ns", "mnist")
+
+
+def test_paths_and_audiences() -> None:
+    i, _, _ = intake()
+    assert i.audience(PATH) == "tfjob.kubeflow.org/ns/mnist"
+    for bad in ("/v1/namespaces/ns/tfjobs/mnist", "/v1/namespaces/NS/tfjobs/x/progress", "/", ""):
+        assert i.audience(bad) is None
+
+
+def test_a_pods_report_is_its_replicas_and_schedules_the_job() -> None:
+    i, queue, pacer = intake()
+    assert i.accept(PATH, caller(), b'{"step": 3}').status == 204
+    (rec,) = i.records("ns/mnist")
+    assert (rec.who.replica_type, rec.who.index, rec.report.step) == ("Worker", 1, 3)
+    assert queue.added == [("ns/mnist", GATHER_SECONDS)]
+    pacer.mark("ns/mnist")  # a status write just now: the next pass waits for the pace
+    i.accept(PATH, caller(), b'{"step": 4}')
+    assert queue.added[-1] == ("ns/mnist", 5.0)
+    assert len(i) == 1  # one record per replica, the latest
+    i.forget("ns/mnist")
+    assert i.records("ns/mnist") == ()
+
+
+def test_refusals() -> None:
+    i, queue, _ = intake()
+    assert i.accept(progress_path("ns", "other"), caller(), b'{"step": 1}').status == 404
+    assert i.accept(PATH, caller(uid="old"), b'{"step": 1}').status == 403
+    assert i.accept(PATH, caller(ns="evil"), b'{"step": 1}').status == 403
+    assert i.accept(PATH, caller(pod="someone-else"), b'{"step": 1}').status == 403
+    bad = i.accept(PATH, caller(), b'{"step": -1}')
+    assert (bad.status, bad.field_name) == (400, "step")
+    assert queue.added == [] and len(i) == 0
