@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import anyio
 import structlog
+from anyio.abc import TaskStatus
 
 from controller import errors
 from controller.types import JSON
@@ -74,7 +75,8 @@ class BundleDistributor:
     def holds(self, namespace: str) -> bool:
         return namespace in self._done
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
         while True:
             now = anyio.current_time()
             for namespace, due in list(self._due.items()):

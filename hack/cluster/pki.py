@@ -172,3 +172,55 @@ def write_kubeconfig(d: Path, api_port: int) -> Path:
     path = d / "kubeconfig"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
+
+
+def ensure_serving_cert(pki: Path, name: str, ips: list[str], dns: list[str]) -> None:
+    """A serving certificate ``name``.crt/.key signed by the cluster's CA, for the
+    addresses given, unless one for exactly those is there already (the progress
+    endpoint's: pods on the real node reach the controller at the node's address)."""
+    import json
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    want = json.dumps({"ips": sorted(ips), "dns": sorted(dns)})
+    stamp = pki / f"{name}.sans"
+    if stamp.exists() and stamp.read_text() == want and (pki / f"{name}.crt").exists():
+        return
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_ski = ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    sans += [x509.DNSName(d) for d in dns]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
+        )
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile = pki / f"{name}.key"
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    keyfile.chmod(0o600)
+    stamp.write_text(want)

@@ -12,6 +12,7 @@ import pytest
 from hack.cluster import command, node
 from tests.cluster.kube import ControllerProcess, Kube
 from tests.cluster.lease_stage import Stage
+from tests.cluster.progress_endpoint import progress_endpoint
 from tests.conftest import Cluster
 
 #: Seconds a job's creates may be refused before it fails (120 by default).
@@ -29,8 +30,11 @@ def controller(cluster: Cluster) -> Iterator[ControllerProcess]:
     """One tfjob-controller process for the session, watching every namespace.
 
     The replacement backoff is shortened (0.5 s * 2^n, capped at 2 s) so retry tests take
-    well under a second per retry; nothing else depends on the 10 s default."""
-    c = ControllerProcess(cluster, *BACKOFF_FLAGS)
+    well under a second per retry; nothing else depends on the 10 s default. The
+    training-progress endpoint is on (tests/cluster/progress_endpoint.py)."""
+    endpoint = progress_endpoint(cluster)
+    c = ControllerProcess(cluster, *BACKOFF_FLAGS, *endpoint.flags)
+    c.progress = endpoint
     c.start()
     yield c
     c.stop()

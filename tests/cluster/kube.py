@@ -63,6 +63,8 @@ class ControllerProcess:
         self.health_port = 0
         self.metrics_port = 0
         self.log_start = 0
+        #: its training-progress endpoint, when it serves one
+        self.progress: Any = None
 
     def start(self) -> None:
         self.health_port, self.metrics_port = cluster_mod.free_port(), cluster_mod.free_port()
