@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test kind-e2e node-binaries tf-image e2e-tf run-tf
+	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -100,6 +100,11 @@ bench: binaries
 # The same with the upstream TFJob controller beside ours (built and cached on first use).
 bench-upstream: binaries
 	hack/bench --compare upstream $(BENCH_ARGS)
+
+# The training-progress benchmark (docs/benchmarks.md#training-progress): 200 TFJobs of
+# 8 workers, every pod reporting every 5 s, on a cluster of its own (.cluster-bench-progress/).
+bench-progress: binaries
+	$(PY) -m hack.bench_progress $(BENCH_PROGRESS_ARGS)
 
 # The chaos suite at full size (tests/chaos: 50 TFJobs, 300 pod kills, 10 controller
 # SIGKILLs, apiserver and etcd restarts, watch faults, leader partitions), seeds 1 2 3

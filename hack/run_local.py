@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 import hack.cluster as cluster_mod
+from hack.cluster.pki import ensure_serving_cert
 
 REPO = cluster_mod.REPO
 
@@ -40,7 +41,43 @@ def summary(job: dict[str, Any]) -> str:
         f"failed={r.get('failed', 0)}"
         for rt, r in sorted((st.get("replicaStatuses") or {}).items())
     )
-    return f"{job['metadata']['name']}: {state}" + (f" ({reps})" if reps else "")
+    line = f"{job['metadata']['name']}: {state}" + (f" ({reps})" if reps else "")
+    tp = st.get("trainingProgress")
+    return f"{line}; {training(tp)}" if tp else line
+
+
+def training(tp: dict[str, Any]) -> str:
+    """status.trainingProgress in a few words (docs/progress.md)."""
+    parts = [f"{tp['percent']}%"] if tp.get("percent") is not None else []
+    if tp.get("step") is not None:
+        parts.append(
+            f"step {tp['step']}" + (f"/{tp['totalSteps']}" if tp.get("totalSteps") else "")
+        )
+    if tp.get("epoch") is not None:
+        parts.append(
+            f"epoch {tp['epoch']}" + (f"/{tp['totalEpochs']}" if tp.get("totalEpochs") else "")
+        )
+    parts += [f"{k} {v:.4g}" for k, v in sorted((tp.get("metrics") or {}).items())]
+    if tp.get("estimatedRemaining"):
+        parts.append(f"ETA {tp['estimatedRemaining']}")
+    return f"progress ({tp.get('reporter', '?')}): " + ", ".join(parts)
+
+
+def progress_flags(d: Path) -> list[str]:
+    """The training-progress endpoint (docs/progress.md) of a controller run on this
+    host: pods on the real node reach it at the host's address, through their bridge;
+    its certificate is signed by the local cluster's CA."""
+    pki = d / "pki"
+    ip = cluster_mod.node.node_ip()
+    ensure_serving_cert(pki, "progress", ["127.0.0.1", ip], ["localhost"])
+    port = cluster_mod.free_port()
+    return [
+        f"--progress-url=https://{ip}:{port}",
+        f"--progress-bind-address=:{port}",
+        f"--progress-cert-file={pki / 'progress.crt'}",
+        f"--progress-key-file={pki / 'progress.key'}",
+        f"--progress-ca-file={pki / 'ca.crt'}",
+    ]
 
 
 def finished(job: dict[str, Any]) -> bool:
@@ -150,6 +187,7 @@ def start_controller(d: Path) -> subprocess.Popen[bytes]:
             "--log-format=json",
             "--metrics-bind-address=127.0.0.1:0",
             "--health-probe-bind-address=127.0.0.1:0",
+            *progress_flags(d),
         ],
         stdout=logf,
         stderr=subprocess.STDOUT,

@@ -4,8 +4,9 @@ Starts tfjob-controller against the local cluster (brought up with the real node
 TensorFlow image by `make run-tf`), puts the training programs of tests/tf/programs/ in
 the ConfigMap tf-programs, applies config/samples/tf/tfjob-mwms.yaml to the namespace
 `default` (a MultiWorkerMirroredStrategy job of two workers, with whole-gang restart and
-a backup on the node), then prints the job's status as it changes and the training's
-progress lines from worker 0's log, until the job has finished. Its exit status says
+a backup on the node), then prints the job's status as it changes (with the training
+progress its workers report, docs/progress.md) and the training's progress lines from
+worker 0's log, until the job has finished. Its exit status says
 how: 0 Succeeded. The controller's log goes to .cluster/logs/tfjob-controller.log.
 """
 
@@ -82,6 +83,8 @@ def main() -> int:
     ctrl = start_controller(d)
     try:
         data = {p.name: p.read_text() for p in sorted(PROGRAMS.glob("*.py"))}
+        # the reporting helper, as a user would copy it next to their program
+        data["tfjob_progress.py"] = (REPO / "tfjob_controller" / "progress.py").read_text()
         api.apply(
             {
                 "apiVersion": "v1",

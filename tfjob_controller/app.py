@@ -342,7 +342,7 @@ async def run(args: argparse.Namespace) -> int:
             drained_recheck=UNSATISFIED_RECHECK_SECONDS,
         )
         elector: LeaseElector | None = None
-        endpoint = progress_endpoint(
+        endpoint = await progress_endpoint(
             args,
             api=api,
             clock=clock,
@@ -352,6 +352,7 @@ async def run(args: argparse.Namespace) -> int:
             registry=metrics.registry,
             # reports count only at the leader: the others answer 503 (docs/progress.md)
             leading=lambda: elector is None or elector.leading,
+            own_namespace=args.leader_election_namespace or _pod_namespace(),
         )
         recorder = EventRecorder(
             ResourceClient(budgets.events, EVENTS),
@@ -455,7 +456,7 @@ async def run(args: argparse.Namespace) -> int:
                     healthy=elector.healthy if elector is not None else None,
                     debug=pending,
                 ),
-                *([endpoint.server.serve] if endpoint else []),
+                *(endpoint.services if endpoint else []),
             ],
         )
         log.info(

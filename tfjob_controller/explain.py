@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import yaml
 
 from reconcile.explain import Explanation, Row, explain
+from reconcile.objects.reporting import DEFAULT_TOKEN_SECONDS, Reporting
 from reconcile.plan import PlanConfig
 from reconcile.policy.gang import gang_from_flag
 
@@ -69,6 +70,18 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         " value as the pods' schedulerName",
     )
     p.add_argument(
+        "--progress-url",
+        default="",
+        help="as the controller's flag: the training-progress endpoint pods are given"
+        " (docs/progress.md); empty (default) is none",
+    )
+    p.add_argument(
+        "--progress-token-seconds",
+        type=int,
+        default=DEFAULT_TOKEN_SECONDS,
+        help="as the controller's flag (default %(default)s)",
+    )
+    p.add_argument(
         "--priority-class",
         action="append",
         type=_priority_class,
@@ -108,8 +121,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if not jobs:
         print(f"{prog}: no TFJob in {args.filename}", file=sys.stderr)
         return 2
+    reporting = None
+    if args.progress_url:
+        reporting = Reporting(args.progress_url, token_seconds=args.progress_token_seconds)
     config = PlanConfig(
-        cluster_domain=args.cluster_domain, gang=gang_from_flag(args.gang_scheduler_name)
+        cluster_domain=args.cluster_domain,
+        gang=gang_from_flag(args.gang_scheduler_name),
+        reporting=reporting,
     )
     now = datetime.now(UTC)
     priorities = dict(args.priority_class)

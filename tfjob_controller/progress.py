@@ -26,8 +26,8 @@ Wire format: ``POST <url>``, HTTP/1.1 over one kept-alive connection, with
 these keys (the server refuses any other with 400):
 
 - ``step`` (integer >= 0, required): the training step this replica has reached.
-- ``totalSteps`` (integer >= 1), ``epoch`` (integer >= 0: the epoch in progress, counted
-  from 0), ``totalEpochs`` (integer >= 1): optional.
+- ``totalSteps`` (integer >= 1), ``epoch`` (integer >= 0: the epochs completed; Keras's
+  0-based index of the epoch in progress), ``totalEpochs`` (integer >= 1): optional.
 - ``metrics``: at most 16 entries, name -> finite number.
 - ``sections``: at most 8 entries, name -> non-negative seconds: the self-timed parts of
   the last step (``{"data": 0.012, "compute": 0.081}``), for straggler detection.
@@ -766,9 +766,10 @@ def report(
 ) -> bool:
     """Report this replica's progress (see the module's docstring); never raises.
 
-    ``step``: the step reached (global step, optimizer iterations); ``epoch``: the epoch in
-    progress, from 0; ``metrics``: name -> number (tensors too); ``sections``: name ->
-    seconds the parts of the last step took (:class:`StepTimer`); ``force``: not held back
+    ``step``: the step reached (global step, optimizer iterations); ``epoch``: the epochs
+    completed (during the first epoch 0, after it 1); ``metrics``: name -> number (tensors
+    too); ``sections``: name -> seconds the parts of the last step took
+    (:class:`StepTimer`); ``force``: not held back
     by the interval (an epoch's end); ``final``: the training loop ended (sent like force,
     and waited for). Returns what :meth:`Reporter.report` does; False when reporting is off.
     """
@@ -817,6 +818,14 @@ class StepTimer:
 # -- Keras ----------------------------------------------------------------------------------
 
 
+def _replicas_in_sync(model: object) -> int:
+    try:
+        n = model.distribute_strategy.num_replicas_in_sync  # type: ignore[attr-defined]
+        return int(n)
+    except Exception:
+        return 1
+
+
 def _guarded(hook: Callable[P, None]) -> Callable[P, None]:
     """A callback hook that never raises into ``model.fit``."""
 
@@ -855,6 +864,7 @@ class _ProgressCallback:
         self._first_step = 0
         self._epoch: int | None = None
         self._held: Logs = None
+        self._batch_metrics = True
 
     def _reporter(self) -> Reporter | None:
         given = self._reporter_given
@@ -899,11 +909,21 @@ class _ProgressCallback:
             final=final,
         )
 
+    def _implements_train_batch_hooks(self) -> bool:
+        # tf_keras asks (and ParameterServerStrategy refuses callbacks that say yes)
+        return self._every > 0
+
     @_guarded
     def on_train_begin(self, logs: Logs = None) -> None:
         self._batches = 0
         self._held = None
         self._first_step = self._iterations() or 0
+        # Under a strategy with several replicas, tf_keras's per-batch logs are not the
+        # mean loss (with two MultiWorkerMirroredStrategy workers, twice it), and the
+        # model's metrics can only be read as a collective, which a throttled callback
+        # cannot join in step. Batches then report their step alone; the epoch's logs,
+        # which are right, carry the metrics.
+        self._batch_metrics = _replicas_in_sync(self.model) <= 1
 
     @_guarded
     def on_epoch_begin(self, epoch: int, logs: Logs = None) -> None:
@@ -912,16 +932,16 @@ class _ProgressCallback:
     @_guarded
     def on_train_batch_end(self, batch: int, logs: Logs = None) -> None:
         self._batches += 1
-        if self._batches % self._every:
+        if not self._every or self._batches % self._every:
             return
         reporter = self._reporter()
         if reporter is None:
             return
         if not reporter.due():
-            self._held = logs if logs is not None else {}
+            self._held = logs if logs is not None and self._batch_metrics else {}
             return
         self._held = None
-        self._send(reporter, logs)
+        self._send(reporter, logs if self._batch_metrics else None)
 
     @_guarded
     def on_test_begin(self, logs: Logs = None) -> None:
@@ -935,7 +955,9 @@ class _ProgressCallback:
     @_guarded
     def on_epoch_end(self, epoch: int, logs: Logs = None) -> None:
         self._held = None
-        self._epoch = _count(epoch, 0)
+        # the epochs completed: Keras counts the one that just ended from 0
+        done = _count(epoch, 0)
+        self._epoch = None if done is None else done + 1
         reporter = self._reporter()
         if reporter is not None:
             self._send(reporter, logs, force=True)
@@ -981,11 +1003,13 @@ def keras_callback(
     the optimizer's ``iterations`` as the step, the batch logs as metrics; at an epoch's end
     (forced, with the epoch's logs, ``val_*`` included); and at the end of training (final).
     ``total_steps`` defaults to ``params["steps"] * params["epochs"]``; ``reporter`` to the
-    process-wide one (with reporting off, the callback does nothing).
+    process-wide one (with reporting off, the callback does nothing). ``every_n_batches=0``
+    leaves the batches out: ParameterServerStrategy's ``fit`` refuses callbacks with batch
+    hooks, so there epochs report (on the chief, the coordinator, which alone runs them).
     """
     if isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int):
         raise TypeError(f"every_n_batches must be an int, not {every_n_batches!r}")
-    if every_n_batches < 1:
-        raise ValueError(f"every_n_batches must be >= 1, not {every_n_batches}")
+    if every_n_batches < 0:
+        raise ValueError(f"every_n_batches must be >= 0, not {every_n_batches}")
     module = keras if keras is not None else _import_keras()
     return _callback_class(module.callbacks.Callback)(total_steps, every_n_batches, reporter)

@@ -2,25 +2,31 @@
 cache, the per-pod limits, the CA bundle in job namespaces, and the TFJob intake
 (docs/progress.md).
 
-The endpoint is on when ``--progress-url`` (the address pods reach it at) and a
-serving certificate (``--progress-cert-file``/``--progress-key-file``, with
-``--progress-ca-file`` the CA that pods verify it with) are given; without them the
-controller neither serves reports nor gives pods anything for them.
+The endpoint is on when ``--progress-url`` (the address pods reach it at) is given;
+without it the controller neither serves reports nor gives pods anything for them. Its
+certificate is the operator's (``--progress-cert-file``/``--progress-key-file``, with
+``--progress-ca-file`` the CA that pods verify it with), or one the controller makes
+and keeps in a Secret (``--progress-cert-secret``, controller.serving.certs).
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from controller.client.api import KubeApi
-from controller.client.kube import CONFIGMAPS, ResourceClient
+from controller.client.kube import CONFIGMAPS, SECRETS, ResourceClient
 from controller.observability.prometheus import Registry
 from controller.runtime.pacer import Pacer
 from controller.serving.bundle import BundleDistributor
+from controller.serving.certs import SecretCertificate
 from controller.serving.limits import KeyedLimiter
 from controller.serving.reports import ReportServer
 from controller.serving.tls import FileCertificate
@@ -31,6 +37,7 @@ from reconcile.progress.wire import MAX_BODY_BYTES
 from reconcile.sync.progress import ProgressIntake
 
 DEFAULT_BIND = ":10443"
+DEFAULT_CERT_SECRET = "tfjob-controller-progress-tls"
 DEFAULT_STATUS_INTERVAL = 5.0
 DEFAULT_RATE = 1.0
 DEFAULT_BURST = 5
@@ -49,13 +56,32 @@ def add_progress_flags(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_BIND,
         help="where the progress endpoint listens (default %(default)s)",
     )
-    g.add_argument("--progress-cert-file", default="", help="the endpoint's TLS certificate (PEM)")
+    g.add_argument(
+        "--progress-cert-file",
+        default="",
+        help="the endpoint's TLS certificate (PEM), e.g. a cert-manager Secret's tls.crt"
+        " mounted; re-read when it changes. Without it the controller makes its own"
+        " (--progress-cert-secret)",
+    )
     g.add_argument("--progress-key-file", default="", help="its private key (PEM)")
     g.add_argument(
         "--progress-ca-file",
         default="",
-        help="the CA pods verify the endpoint with (PEM), kept as ConfigMap"
-        f" {CA_CONFIGMAP} in each job's namespace",
+        help="with --progress-cert-file: the CA pods verify the endpoint with (PEM), kept"
+        f" as ConfigMap {CA_CONFIGMAP} in each job's namespace",
+    )
+    g.add_argument(
+        "--progress-cert-secret",
+        default=DEFAULT_CERT_SECRET,
+        help="without --progress-cert-file: the Secret (in the controller's namespace, or"
+        " NAMESPACE/NAME) where the controller keeps the CA and serving certificate it"
+        " makes for --progress-url's host, shared by its replicas, renewed 30 days before"
+        " expiry (default %(default)s)",
+    )
+    g.add_argument(
+        "--progress-cert-dir",
+        default=str(Path(tempfile.gettempdir()) / "tfjob-controller-progress"),
+        help="where a made certificate is written for the TLS context (default %(default)s)",
     )
     g.add_argument(
         "--progress-status-interval",
@@ -87,17 +113,17 @@ def check_progress_flags(args: argparse.Namespace) -> str | None:
         return None
     if not args.progress_url.startswith("https://"):
         return "--progress-url must be an https:// URL"
-    missing = [
-        f
-        for f, v in (
-            ("--progress-cert-file", args.progress_cert_file),
-            ("--progress-key-file", args.progress_key_file),
-            ("--progress-ca-file", args.progress_ca_file),
-        )
-        if not v
-    ]
-    if missing:
-        return f"--progress-url needs {', '.join(missing)}"
+    files = {
+        "--progress-cert-file": args.progress_cert_file,
+        "--progress-key-file": args.progress_key_file,
+        "--progress-ca-file": args.progress_ca_file,
+    }
+    given = [f for f, v in files.items() if v]
+    if given and len(given) < len(files):
+        missing = [f for f, v in files.items() if not v]
+        return f"{', '.join(given)} needs {', '.join(missing)} too"
+    if not given and not args.progress_cert_secret:
+        return "--progress-url needs --progress-cert-file (and key, CA) or --progress-cert-secret"
     if args.progress_token_seconds < 600:
         return "--progress-token-seconds must be at least 600 (the apiserver's minimum)"
     return None
@@ -115,6 +141,13 @@ class ProgressEndpoint:
     training_pacer: Pacer[str]
     server: ReportServer
     bundle: BundleDistributor
+    #: the certificate the controller keeps itself, when none is given
+    made: SecretCertificate | None = None
+
+    @property
+    def services(self) -> list[Any]:
+        """What runs on every replica: the server, and the made certificate's renewal."""
+        return [self.server.serve, *([self.made.run] if self.made else [])]
 
     def namespace_handler(self) -> EventHandler:
         """For the TFJob informer: a job's namespace gets the CA bundle."""
@@ -125,7 +158,7 @@ class ProgressEndpoint:
         return EventHandler(on_add=on_add)
 
 
-def progress_endpoint(
+async def progress_endpoint(
     args: argparse.Namespace,
     *,
     api: KubeApi,
@@ -135,7 +168,10 @@ def progress_endpoint(
     queue: KeyQueue,
     registry: Registry,
     leading: Callable[[], bool],
+    own_namespace: str,
 ) -> ProgressEndpoint | None:
+    """The endpoint, its certificate ready (made or read from the Secret first when the
+    controller keeps its own), or None when reporting is off."""
     if not args.progress_url:
         return None
     training_pacer = Pacer[str](clock, args.progress_status_interval)
@@ -147,7 +183,31 @@ def progress_endpoint(
     async def post(path: str, body: Any) -> Any:
         return await review_api.request("POST", path, body=body)
 
-    cert = FileCertificate(Path(args.progress_cert_file), Path(args.progress_key_file), clock)
+    bundle = BundleDistributor(
+        ResourceClient(api, CONFIGMAPS),
+        CA_CONFIGMAP,
+        CA_KEY,
+        "",
+        labels={"app.kubernetes.io/managed-by": "tfjob-controller"},
+    )
+    made: SecretCertificate | None = None
+    if args.progress_cert_file:
+        cert_file, key_file = Path(args.progress_cert_file), Path(args.progress_key_file)
+        bundle.set_bundle(await anyio.Path(args.progress_ca_file).read_text())
+    else:
+        namespace, _, name = args.progress_cert_secret.rpartition("/")
+        made = SecretCertificate(
+            ResourceClient(api, SECRETS),
+            namespace or own_namespace,
+            name,
+            [urllib.parse.urlsplit(args.progress_url).hostname or "localhost"],
+            Path(args.progress_cert_dir),
+            now=clock.now,
+            on_ca=bundle.set_bundle,
+        )
+        await made.sync()
+        cert_file, key_file = made.cert_file, made.key_file
+    cert = FileCertificate(cert_file, key_file, clock)
     server = ReportServer(
         address=args.progress_bind_address,
         tls=cert.context,
@@ -159,11 +219,4 @@ def progress_endpoint(
         max_body=MAX_BODY_BYTES,
         metric_prefix="tfjob_progress_reports",
     )
-    bundle = BundleDistributor(
-        ResourceClient(api, CONFIGMAPS),
-        CA_CONFIGMAP,
-        CA_KEY,
-        Path(args.progress_ca_file).read_text(),
-        labels={"app.kubernetes.io/managed-by": "tfjob-controller"},
-    )
-    return ProgressEndpoint(intake, training_pacer, server, bundle)
+    return ProgressEndpoint(intake, training_pacer, server, bundle, made)

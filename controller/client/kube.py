@@ -53,6 +53,7 @@ PODS = Resource("", "v1", "pods", kind="Pod")
 SERVICES = Resource("", "v1", "services", kind="Service")
 EVENTS = Resource("", "v1", "events", kind="Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", kind="ConfigMap")
+SECRETS = Resource("", "v1", "secrets", kind="Secret")
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False, kind="Namespace")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", kind="Lease")
 

@@ -83,7 +83,7 @@ class BundleDistributor:
                 if due <= now:
                     del self._due[namespace]
                     self._wanted.add(namespace)
-            while self._wanted:
+            while self._wanted and self._bundle:  # none yet: nothing to write
                 namespace = min(self._wanted)
                 self._wanted.discard(namespace)
                 await self._ensure(namespace)

@@ -2,12 +2,13 @@
 
 A record belongs to one pod: a report from the index's next pod (a replacement, a gang
 restart) starts a new record, and so does a step that went backwards (the program
-resumed from a checkpoint), so a rate never spans a restart.
+resumed from a checkpoint), so a rate never spans a restart. A report without metrics keeps the ones its pod sent
+last.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from reconcile.progress.wire import Report
@@ -62,4 +63,8 @@ def record(
         or sample[0] < prev.samples[-1][0]
     ):
         return ReplicaRecord(who, report, at, (sample,))
+    if not report.metrics and prev.report.metrics:
+        # a report of its step alone (a batch, under a strategy whose batch logs are
+        # not the mean) keeps the metrics its pod reported last (an epoch's end)
+        report = replace(report, metrics=prev.report.metrics)
     return ReplicaRecord(who, report, at, (*prev.samples[-(RATE_SAMPLES - 1) :], sample))

@@ -21,6 +21,7 @@ import yaml
 
 from reconcile.api.quantity import parse_quantity
 from reconcile.explain import PLACEHOLDER_UID, explain
+from reconcile.objects.reporting import Reporting
 from reconcile.plan import PlanConfig
 from tests import conformance
 from tests.cluster.kube import ControllerProcess, Kube, wait_for
@@ -30,11 +31,12 @@ CASES = [pytest.param(p, id=p.name) for p in [*SAMPLES, *conformance.examples()]
 MISSING = object()
 
 
-def explain_cli(path: Path, namespace: str) -> list[dict[str, Any]]:
-    """The objects `tfjob-controller explain` prints for the file, in ``namespace``."""
+def explain_cli(path: Path, namespace: str, progress_url: str) -> list[dict[str, Any]]:
+    """The objects `tfjob-controller explain` prints for the file, in ``namespace``, for
+    a controller whose training-progress endpoint is ``progress_url``."""
     exe = Path(sys.executable).parent / "tfjob-controller"
     out = subprocess.run(
-        [str(exe), "explain", "-f", str(path), "-n", namespace],
+        [str(exe), "explain", "-f", str(path), "-n", namespace, "--progress-url", progress_url],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
@@ -106,6 +108,13 @@ def compare_pod(want: dict[str, Any], have: dict[str, Any], uid: str, out: list[
                 subset(e, f, f"{where}.env[{e['name']}]", out)
         subset(c.get("ports", []), d.get("ports", []), f"{where}.ports", out)
         subset(c.get("resources", {}), d.get("resources", {}), f"{where}.resources", out)
+        # ServiceAccount admission adds its own mount and volume: ours are among them
+        have_mounts = {m["name"]: m for m in d.get("volumeMounts") or []}
+        for m in c.get("volumeMounts") or []:
+            subset(m, have_mounts.get(m["name"], MISSING), f"{where}.volumeMounts", out)
+    have_volumes = {v["name"]: v for v in h.get("volumes") or []}
+    for v in w.get("volumes") or []:
+        subset(v, have_volumes.get(v["name"], MISSING), f"{name}: spec.volumes", out)
 
 
 def compare_service(want: dict[str, Any], have: dict[str, Any], uid: str, out: list[str]) -> None:
@@ -126,7 +135,7 @@ def test_explain_predicts_what_the_controller_creates(
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TFJob"]
     (doc,) = docs
     name = doc["metadata"]["name"]
-    predicted = explain_cli(path, namespace)
+    predicted = explain_cli(path, namespace, controller.progress.url)
     want_pods = {o["metadata"]["name"]: o for o in predicted if o["kind"] == "Pod"}
     want_svcs = {o["metadata"]["name"]: o for o in predicted if o["kind"] == "Service"}
     replicas = sum(s.get("replicas", 1) for s in doc["spec"]["tfReplicaSpecs"].values())
@@ -158,5 +167,6 @@ def test_explain_predicts_what_the_controller_creates(
     # same bodies: the schema's defaults and the controller's agree.
     stored = kube.tfjob(namespace, name)
     assert stored is not None
-    again = explain(stored, PlanConfig(), datetime.now(UTC))
+    config = PlanConfig(reporting=Reporting(controller.progress.url))
+    again = explain(stored, config, datetime.now(UTC))
     assert again.objects == json.loads(json.dumps(predicted).replace(PLACEHOLDER_UID, uid))

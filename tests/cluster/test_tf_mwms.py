@@ -6,18 +6,22 @@ short version `make test` runs (marker tf_quick); `make e2e-tf` runs both."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubeflow.training import TrainingClient
 
 from tests.cluster.kube import ControllerProcess, Kube
 from tests.cluster.policy_helpers import rs
 from tests.cluster.tf_workloads import (
+    ProgressHistory,
     epoch_losses,
     programs_configmap,
     progress,
     progress_of,
     tf_job,
     tf_template,
+    timed_progress,
     wait_finished,
 )
 from tests.conftest import Cluster
@@ -44,18 +48,60 @@ def assert_trained_in_sync(cluster: Cluster, ns: str, pods: list[str], replicas:
     assert all(loss == pytest.approx(losses[0], rel=1e-4) for loss in losses), losses
 
 
+#: the reporting helper's interval (its default), and the test controller's pace of
+#: progress-only status writes (tests/cluster/progress_endpoint.py)
+REPORT_INTERVAL, STATUS_PACE = 5.0, 1.0
+
+
+def assert_progress_shown(
+    cluster: Cluster, ns: str, name: str, history: ProgressHistory, done: dict[str, Any]
+) -> None:
+    """The tf_keras callback's reports: each epoch worker 0's log printed was in the
+    job's status within one reporting interval (plus the write's pace), and the end
+    shows the last step, epoch and loss, as `kubectl get tfjob` does."""
+    logged = [
+        x for x in timed_progress(cluster, ns, f"{name}-worker-0") if x[1]["event"] == "epoch"
+    ]
+    assert len(logged) == EPOCHS
+    for at, line in logged:
+        seen_at, _ = history.first(lambda p, e=line["epoch"]: (p.get("epoch") or 0) >= e)
+        lag = (seen_at - at).total_seconds()
+        assert lag <= REPORT_INTERVAL + STATUS_PACE + 1.0, (line, lag)
+    final = done["status"]["trainingProgress"]
+    last = logged[-1][1]
+    assert (final["reporter"], final["epoch"], final["totalEpochs"]) == ("worker-0", EPOCHS, EPOCHS)
+    assert (final["step"], final["totalSteps"], final["percent"]) == (
+        last["step"],
+        last["step"],
+        100,
+    )
+    assert final["metrics"]["loss"] == pytest.approx(last["loss"], rel=1e-4)
+    workers = final["replicas"]["Worker"]
+    assert workers["reporting"] == 2 and workers["minStep"] == workers["maxStep"] == last["step"]
+    wide = cluster.kubectl("get", "tfjob", name, "-n", ns, "-o", "wide")
+    head, row = wide.splitlines()[:2]
+    columns = dict(zip(head.split(), row.split(), strict=False))
+    assert (columns["PROGRESS"], columns["EPOCH"], columns["STEP"]) == (
+        "100",
+        str(EPOCHS),
+        str(last["step"]),
+    )
+
+
 @pytest.mark.tf_quick
 def test_workers_only(
     tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
 ) -> None:
     ns = namespace
     programs_configmap(kube, ns)
-    kube.create_tfjob(ns, tf_job("mwms", {"Worker": (2, "Never", FIT)}))
-    done = wait_finished(kube, ns, "mwms", "Succeeded", timeout=300)
+    with ProgressHistory(cluster, ns, "mwms") as history:
+        kube.create_tfjob(ns, tf_job("mwms", {"Worker": (2, "Never", FIT)}))
+        done = wait_finished(kube, ns, "mwms", "Succeeded", timeout=300)
     assert rs(done, "Worker")["succeeded"] >= 1  # worker 0 decides (upstream)
     pods = ["mwms-worker-0", "mwms-worker-1"]
     assert all(p["spec"]["nodeName"] == tf_node for p in kube.pods(ns, "mwms"))
     assert_trained_in_sync(cluster, ns, pods, replicas=2)
+    assert_progress_shown(cluster, ns, "mwms", history, done)
 
     # The SDK reads the same logs.
     tc = TrainingClient(config_file=cluster.kubeconfig, namespace=ns, job_kind="TFJob")

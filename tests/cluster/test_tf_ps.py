@@ -79,6 +79,12 @@ def test_chief_coordinates_and_the_evaluator_follows(
     assert lines[-1]["event"] == "done" and lines[-1]["workers"] == 2, lines
     losses = epoch_losses(lines)
     assert len(losses) == EPOCHS and losses[-1] < losses[0], losses
+    # The coordinator reports the job's progress (docs/progress.md): the chief's figures
+    final = done["status"]["trainingProgress"]
+    assert (final["reporter"], final["epoch"], final["percent"]) == ("chief-0", EPOCHS, 100)
+    last_epoch = [x for x in lines if x["event"] == "epoch"][-1]
+    assert final["step"] == last_epoch["step"] and set(final["replicas"]) == {"Chief"}
+    assert final["metrics"]["loss"] == pytest.approx(losses[-1], rel=1e-4)
     for rtype, count in (("ps", 1), ("worker", 2)):
         for i in range(count):
             served = progress(cluster, ns, f"pst-{rtype}-{i}")

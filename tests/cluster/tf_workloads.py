@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hack.cluster import node as real_node_mod
-from tests.cluster.kube import Kube, is_true, wait_for
+from tests.cluster.kube import Kube, WatchThread, is_true, wait_for
 from tests.conftest import Cluster
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "tf" / "programs"
@@ -20,9 +20,15 @@ PROGRAMS_CONFIGMAP = "tf-programs"
 MOUNT = "/programs"
 
 
+#: the project's reporting helper, as a user would copy it next to their program
+REPORTER = PROGRAMS.parent.parent.parent / "tfjob_controller" / "progress.py"
+
+
 def programs_configmap(kube: Kube, ns: str) -> None:
-    """Every training program, as files of one ConfigMap."""
+    """Every training program, and the reporting helper as ``tfjob_progress.py``, as
+    files of one ConfigMap."""
     data = {p.name: p.read_text() for p in sorted(PROGRAMS.glob("*.py"))}
+    data["tfjob_progress.py"] = REPORTER.read_text()
     body = {"metadata": {"name": PROGRAMS_CONFIGMAP}, "data": data}
     kube.req("POST", f"/api/v1/namespaces/{ns}/configmaps", body)
 
@@ -154,3 +160,27 @@ def wait_finished(kube: Kube, ns: str, name: str, want: str, timeout: float) -> 
         }
         raise AssertionError(f"{name} did not end {want}: {job['status']['conditions']}; {ends}")
     return job
+
+
+class ProgressHistory(WatchThread):
+    """Watches one TFJob and keeps, with the time this process saw it, each new
+    ``status.trainingProgress``."""
+
+    def __init__(self, cluster: Cluster, ns: str, name: str) -> None:
+        self.name = name
+        self.seen: list[tuple[datetime, dict[str, Any]]] = []
+        super().__init__(cluster, f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs")
+
+    def _observe(self, type_: str, obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] != self.name:
+            return
+        got = (obj.get("status") or {}).get("trainingProgress")
+        if got and (not self.seen or self.seen[-1][1] != got):
+            self.seen.append((datetime.now(UTC), got))
+
+    def first(self, want: Callable[[dict[str, Any]], bool]) -> tuple[datetime, dict[str, Any]]:
+        """The first progress seen that ``want`` accepts."""
+        for at, got in self.seen:
+            if want(got):
+                return at, got
+        raise AssertionError(f"no trainingProgress as wanted among {self.seen}")

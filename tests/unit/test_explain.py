@@ -165,6 +165,22 @@ def test_namespace_and_cluster_domain_reach_tf_config(capsys: pytest.CaptureFixt
     assert "metadata.namespace is not set" not in out
 
 
+def test_the_progress_endpoint_is_shown_in_the_pods(capsys: pytest.CaptureFixture[str]) -> None:
+    path = REPO / "config/samples/tfjob-workers.yaml"
+    url = "https://tfjob-controller.kubeflow.svc:10443"
+    code, out, _ = run(capsys, "-f", str(path), "-n", "team-a", "--progress-url", url)
+    assert code == 0
+    pod = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Pod")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["TFJOB_PROGRESS_URL"] == f"{url}/v1/namespaces/team-a/tfjobs/tfjob-workers/progress"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "tfjob-progress"]
+    token = volume["projected"]["sources"][0]["serviceAccountToken"]
+    assert token["audience"] == "tfjob.kubeflow.org/team-a/tfjob-workers"
+    # without the flag, as a controller with the endpoint off: nothing
+    code, out, _ = run(capsys, "-f", str(path))
+    assert "TFJOB_PROGRESS_URL" not in out
+
+
 def test_an_invalid_job_prints_its_field_errors_and_fails(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -877,13 +877,14 @@ def test_the_keras_callback_reports_batches_epochs_and_the_end(
     bodies = [s.body for s in server.recorder.seen]
     totals = {"totalSteps": 6, "totalEpochs": 2}
     assert bodies == [
+        # epochs completed: 0 during the first, 1 after it
         {"step": 1, "epoch": 0, **totals, "metrics": {"loss": 1.0}},
-        {"step": 3, "epoch": 0, **totals, "metrics": {"loss": 0.5, "val_loss": 0.75}},
+        {"step": 3, "epoch": 1, **totals, "metrics": {"loss": 0.5, "val_loss": 0.75}},
         {"step": 5, "epoch": 1, **totals, "metrics": {"loss": 0.2}},
-        {"step": 6, "epoch": 1, **totals, "metrics": {"loss": 0.5, "val_loss": 0.75}},
+        {"step": 6, "epoch": 2, **totals, "metrics": {"loss": 0.5, "val_loss": 0.75}},
         {
             "step": 6,
-            "epoch": 1,
+            "epoch": 2,
             **totals,
             "metrics": {"loss": 0.5, "val_loss": 0.75},
             "final": True,
@@ -941,6 +942,33 @@ def test_the_keras_callback_never_raises_into_fit(
 
 def test_the_keras_callback_checks_its_arguments() -> None:
     with pytest.raises(ValueError):
-        keras_callback(fake_keras(), every_n_batches=0)
+        keras_callback(fake_keras(), every_n_batches=-1)
+    # 0: no batch hooks at all (ParameterServerStrategy refuses callbacks that have them)
+    epochs_only = keras_callback(fake_keras(), every_n_batches=0)
+    assert epochs_only._implements_train_batch_hooks() is False
+    assert keras_callback(fake_keras())._implements_train_batch_hooks() is True
     with pytest.raises(TypeError):
         keras_callback(fake_keras(), every_n_batches=1.5)  # type: ignore[arg-type]
+
+
+def test_under_several_replicas_batches_report_their_step_and_epochs_the_metrics(
+    server: TLSServer, reporter: Reporter, clock: Clock
+) -> None:
+    # tf_keras's batch logs under MultiWorkerMirroredStrategy are not the mean loss
+    callback = keras_callback(fake_keras(), reporter=reporter)
+    model = FakeModel()
+    model.distribute_strategy = types.SimpleNamespace(num_replicas_in_sync=2)  # type: ignore[attr-defined]
+    callback.set_params({"epochs": 1, "steps": 2})
+    callback.set_model(model)
+    callback.on_train_begin()
+    callback.on_epoch_begin(0)
+    model.step()
+    callback.on_train_batch_end(0, {"loss": 2.0})
+    assert reporter.flush(WAIT)
+    clock.advance(1.0)
+    callback.on_epoch_end(0, {"loss": 1.0})
+    assert reporter.flush(WAIT)
+    assert [s.body for s in server.recorder.seen] == [
+        {"step": 1, "epoch": 0, "totalSteps": 2, "totalEpochs": 1},
+        {"step": 1, "epoch": 1, "totalSteps": 2, "totalEpochs": 1, "metrics": {"loss": 1.0}},
+    ]

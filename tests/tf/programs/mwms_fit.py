@@ -15,6 +15,7 @@ import os
 import common
 import tensorflow as tf
 import tf_keras
+import tfjob_progress
 
 # The strategy first: it starts this process's gRPC server and must exist before any
 # other TensorFlow op runs.
@@ -51,6 +52,8 @@ if args.backup_dir:
         )
     )
 callbacks.append(common.Progress(replicas, args.log_every))  # after the restore
+# The job's training progress, reported to the controller (docs/progress.md).
+callbacks.append(tfjob_progress.keras_callback(tf_keras))
 
 model.fit(
     dataset,

@@ -24,6 +24,7 @@ os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
 import common
 import tensorflow as tf
 import tf_keras
+import tfjob_progress
 
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 role = resolver.task_type
@@ -91,6 +92,8 @@ class Checkpoints(tf_keras.callbacks.Callback):
 
 # Epoch lines only: fit refuses batch-level callbacks under this strategy.
 callbacks: list[tf_keras.callbacks.Callback] = [common.Progress(strategy.num_replicas_in_sync, 0)]
+# The job's training progress, from the coordinator: epochs only, for the same reason.
+callbacks.append(tfjob_progress.keras_callback(tf_keras, every_n_batches=0))
 if args.checkpoint_dir:
     callbacks.append(Checkpoints(args.checkpoint_dir))
 if args.backup_dir:

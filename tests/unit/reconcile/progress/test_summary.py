@@ -102,3 +102,11 @@ def test_summaries_depend_on_the_records_alone() -> None:
     live = frozenset(r.who.pod_uid for r in recs)
     assert summarize(recs, live) == summarize(list(reversed(recs)), live)
     assert recs == before
+
+
+def test_a_report_without_metrics_keeps_the_last_ones() -> None:
+    rec = record(None, who(), Report(step=10, metrics={"loss": 0.5}), T0)
+    rec = record(rec, who(), Report(step=20), T0 + timedelta(seconds=5))
+    assert rec.report.metrics == {"loss": 0.5} and rec.report.step == 20
+    fresh = record(rec, who(uid="next-pod"), Report(step=1), T0 + timedelta(seconds=9))
+    assert fresh.report.metrics == {}
