@@ -296,6 +296,21 @@ class Pacer(Protocol):
     def forget(self, key: str) -> None: ...
 
 
+class SlotGate(Protocol):
+    """A rate shared by all keys, each waiting key given a slot of its own
+    (controller.runtime.pacer.SlotGate)."""
+
+    def reserve(self, key: str) -> float:
+        """0: act now; more: come back in that many seconds, to the slot kept for it."""
+        ...
+
+    def held(self, key: str) -> float:
+        """Seconds until the slot the key holds (0: none, or due)."""
+        ...
+
+    def forget(self, key: str) -> None: ...
+
+
 class KeyQueue(Protocol):
     """Where event handlers put keys (controller.queue.workqueue.WorkQueue)."""
 

@@ -67,6 +67,7 @@ class Tally:
     latencies: list[float] = field(default_factory=list)
     writes: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
+    answers: list[float] = field(default_factory=list)  # seconds to each answer
 
 
 def job_body(name: str, replicas: int) -> dict[str, Any]:
@@ -154,10 +155,17 @@ async def report_loop(
 ) -> None:
     host, port = url.removeprefix("https://").rsplit(":", 1)
     path = f"/v1/namespaces/{ns}/tfjobs/{p.job}/progress"
-    await asyncio.sleep(random.uniform(0, interval))
+    # on a fixed schedule from a random phase: a slow answer does not slow the rate
+    due = time.monotonic() + random.uniform(0, interval)
     reader = writer = None
-    while time.monotonic() < until:
-        started = time.monotonic()
+    while due < until:
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        due += interval
+        if due < time.monotonic():
+            # this driver fell behind (its CPU): skip the reports it missed rather than
+            # send them back to back, which the per-pod limit would answer with 429
+            tally.errors["behind"] += 1
+            due = time.monotonic() + interval
         try:
             if writer is None:
                 reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx)
@@ -169,7 +177,7 @@ async def report_loop(
                 f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {p.token}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             )
-            p.sent[p.step] = time.monotonic()
+            sent_at = time.monotonic()
             writer.write(head.encode() + body)
             assert reader is not None
             status_line = await reader.readline()
@@ -184,6 +192,9 @@ async def report_loop(
             if length:
                 await reader.readexactly(length)
             tally.codes[code] += 1
+            tally.answers.append(time.monotonic() - sent_at)
+            if code == 204:  # only a report the controller took can be shown
+                p.sent[p.step] = sent_at
             if close:
                 writer.close()
                 writer = None
@@ -192,7 +203,6 @@ async def report_loop(
             if writer is not None:
                 writer.close()
             writer = None
-        await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
     if writer is not None:
         writer.close()
 
@@ -254,6 +264,8 @@ def run(args: argparse.Namespace) -> int:
                 f"--kubeconfig={d / 'kubeconfig'}",
                 "--log-format=json",
                 f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+                f"--kube-api-qps={args.qps}",
+                f"--kube-api-burst={args.burst}",
                 "--health-probe-bind-address=127.0.0.1:0",
                 *flags,
             ],
@@ -262,7 +274,9 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         url = next(f for f in flags if f.startswith("--progress-url=")).split("=", 1)[1]
-        return asyncio.run(measure(args, d, ctrl.pid, url, metrics_port))
+        import uvloop
+
+        return uvloop.run(measure(args, d, ctrl.pid, url, metrics_port))
     finally:
         ctrl.terminate()
         try:
@@ -282,7 +296,7 @@ async def measure(args: argparse.Namespace, d: Path, pid: int, url: str, metrics
     ns = f"bench-progress-{uuid.uuid4().hex[:6]}"
     try:
         await create_namespace(http, ns)
-        say(f"{args.jobs} jobs x {args.replicas} workers in {ns}")
+        say(f"{args.jobs} jobs x {args.replicas} workers in {ns}; controller at {args.qps:g} QPS")
         pods = await start_jobs(http, ns, args.jobs, args.replicas)
         await mint_tokens(http, ns, pods)
         say(f"{len(pods)} tokens minted; controller idle for {args.idle:g} s")
@@ -303,11 +317,15 @@ async def measure(args: argparse.Namespace, d: Path, pid: int, url: str, metrics
         ]
         await asyncio.sleep(args.warmup)  # connections made, tokens reviewed once
         tally.latencies.clear()
+        tally.answers.clear()
         tally.writes.clear()
         codes_before = Counter(tally.codes)
         c1, t1 = cpu_seconds(pid), time.monotonic()
+        me1 = cpu_seconds(os.getpid())
         await asyncio.gather(*loops)
         busy = (cpu_seconds(pid) - c1) / (time.monotonic() - t1)
+        driver = (cpu_seconds(os.getpid()) - me1) / (time.monotonic() - t1)
+        load = os.getloadavg()[0]
         await asyncio.sleep(args.interval + 2)  # the last reports' writes
         stop.set()
         watcher.cancel()
@@ -318,6 +336,13 @@ async def measure(args: argparse.Namespace, d: Path, pid: int, url: str, metrics
         say("results:")
         print(f"  reports answered: {reports} ({reports / (minutes * 60):.0f}/s): {dict(codes)}")
         print(f"  client errors: {dict(tally.errors)}")
+        ans = sorted(tally.answers)
+        if ans:
+            print(
+                f"  answer time: p50 {percentile(ans, 50) * 1000:.1f} ms,"
+                f" p99 {percentile(ans, 99) * 1000:.1f} ms, max {ans[-1]:.2f} s"
+            )
+        print(f"  this driver's CPU: {driver:.3f} cores; machine load (1 min): {load:.2f}")
         print(f"  controller CPU: idle {idle:.3f}, reporting {busy:.3f} cores")
         print(f"  controller CPU added by the reports: {busy - idle:.3f} cores")
         if lat:
@@ -329,6 +354,7 @@ async def measure(args: argparse.Namespace, d: Path, pid: int, url: str, metrics
         writes = sum(tally.writes.values())
         print(f"  status writes: {writes / args.jobs / minutes:.1f} per job per minute")
         print(f"  token reviews: {controller_metrics(metrics_port)}")
+        print(f"  event loop lag: {loop_lag(metrics_port)}")
         return 0
     finally:
         await http.req("DELETE", f"/api/v1/namespaces/{ns}")
@@ -348,6 +374,24 @@ def controller_metrics(port: int) -> str:
     )
 
 
+def loop_lag(port: int) -> str:
+    """The controller's event_loop_lag_seconds: how many samples, and how many over 0.1 s
+    and 1 s (a report waits for the loop as long)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        out = r.read().decode()
+    buckets = {}
+    for line in out.splitlines():
+        if line.startswith("event_loop_lag_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[le] = float(line.rsplit(" ", 1)[1])
+    total = buckets.get("+Inf", 0.0)
+    over = {le: total - n for le, n in buckets.items() if le in ("0.1", "1.0")}
+    tenth, second = over.get("0.1", 0), over.get("1.0", 0)
+    return f"{total:.0f} samples, over 0.1 s: {tenth:.0f}, over 1 s: {second:.0f}"
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile of sorted ``values`` (nearest rank)."""
     rank = max(0, min(len(values) - 1, round(q / 100 * len(values) + 0.5) - 1))
@@ -365,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=15.0, help="seconds of reports before")
     p.add_argument("--idle", type=float, default=30.0, help="seconds the idle CPU is measured")
     p.add_argument("--node-pods", type=int, default=110)
+    p.add_argument("--qps", type=float, default=20.0, help="the controller's --kube-api-qps")
+    p.add_argument("--burst", type=int, default=30, help="the controller's --kube-api-burst")
     p.add_argument("--keep-cluster", action="store_true")
     args = p.parse_args(argv)
     return run(args)

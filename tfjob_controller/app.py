@@ -380,6 +380,7 @@ async def run(args: argparse.Namespace) -> int:
             spawner=background,
             pacer=Pacer(clock, STATUS_PACE_SECONDS),
             training_pacer=endpoint.training_pacer if endpoint else None,
+            training_gate=endpoint.training_gate if endpoint else None,
             progress=endpoint.intake if endpoint else None,
             config=PlanConfig(
                 cluster_domain=args.cluster_domain,

@@ -24,7 +24,7 @@ import anyio
 from controller.client.api import KubeApi
 from controller.client.kube import CONFIGMAPS, SECRETS, ResourceClient
 from controller.observability.prometheus import Registry
-from controller.runtime.pacer import Pacer
+from controller.runtime.pacer import Pacer, SlotGate
 from controller.serving.bundle import BundleDistributor
 from controller.serving.certs import SecretCertificate
 from controller.serving.limits import KeyedLimiter
@@ -91,6 +91,14 @@ def add_progress_flags(p: argparse.ArgumentParser) -> None:
         " (default %(default)s)",
     )
     g.add_argument(
+        "--progress-status-qps",
+        type=float,
+        default=0.0,
+        help="status writes a second that carry training progress alone, all jobs"
+        " together, each waiting job given a slot of its own; 0 (default): half of"
+        " --kube-api-qps, so lifecycle writes always have the other half",
+    )
+    g.add_argument(
         "--progress-rate",
         type=float,
         default=DEFAULT_RATE,
@@ -139,6 +147,7 @@ def reporting_of(args: argparse.Namespace) -> Reporting | None:
 class ProgressEndpoint:
     intake: ProgressIntake
     training_pacer: Pacer[str]
+    training_gate: SlotGate[str] | None
     server: ReportServer
     bundle: BundleDistributor
     #: the certificate the controller keeps itself, when none is given
@@ -175,7 +184,11 @@ async def progress_endpoint(
     if not args.progress_url:
         return None
     training_pacer = Pacer[str](clock, args.progress_status_interval)
-    intake = ProgressIntake(jobs=jobs, pods=pods, queue=queue, pacer=training_pacer, now=clock.now)
+    share = args.progress_status_qps or (args.kube_api_qps / 2 if args.kube_api_qps > 0 else 0)
+    training_gate = SlotGate[str](clock, share) if share > 0 else None
+    intake = ProgressIntake(
+        jobs=jobs, pods=pods, queue=queue, pacer=training_pacer, now=clock.now, gate=training_gate
+    )
     # Reviews have a budget of their own: a burst of new tokens never waits behind
     # creates, nor they behind it.
     review_api = api.sibling(tick=0.0)
@@ -219,4 +232,4 @@ async def progress_endpoint(
         max_body=MAX_BODY_BYTES,
         metric_prefix="tfjob_progress_reports",
     )
-    return ProgressEndpoint(intake, training_pacer, server, bundle, made)
+    return ProgressEndpoint(intake, training_pacer, training_gate, server, bundle, made)

@@ -281,7 +281,9 @@ async def accept_loop(
         handle(stream)
 
 
-async def listen_sockets(host: str | None, port: int) -> list[anyio.abc.SocketListener]:
+async def listen_sockets(
+    host: str | None, port: int, *, backlog: int = 128
+) -> list[anyio.abc.SocketListener]:
     """Listening sockets for every address ``host`` names (all interfaces for None),
     resolved here, at start-up, instead of on a worker thread: the process keeps one
     thread. Port 0 binds the first address to an ephemeral port and the rest to it."""
@@ -298,7 +300,7 @@ async def listen_sockets(host: str | None, port: int) -> list[anyio.abc.SocketLi
             if port == 0 and listeners:
                 addr = (addr[0], listeners[0].extra(SocketAttribute.local_port), *addr[2:])
             sock.bind(addr)
-            sock.listen(128)
+            sock.listen(backlog)
             sock.setblocking(False)
         except OSError:
             sock.close()

@@ -1,4 +1,5 @@
-"""Pacer: at most one paced action per key per interval.
+"""Pacer: at most one paced action per key per interval; SlotGate: at most so many a
+second across keys (below).
 
 Implements controller.types.Pacer. A reconciler asks ``delay(key)`` before an action
 that is worth batching (a status write that only reports progress): 0 means go ahead,
@@ -52,3 +53,54 @@ class Pacer(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._last)
+
+
+class SlotGate(Generic[K]):
+    """At most ``rate`` paced actions a second across all keys, each key given a slot of
+    its own.
+
+    Implements controller.types.SlotGate. Many keys waiting for a shared rate must not
+    all come back at the same moment to find one token among them (each return costs a
+    reconcile pass): ``reserve(key)`` gives a key that may not act now the next free
+    slot and remembers it, so the key returns once, at its slot, and acts then. A slot
+    not taken up within ``grace`` seconds of its time lapses, and the key starts again
+    at the back.
+    """
+
+    def __init__(self, clock: Clock, rate: float, *, grace: float = 5.0) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self._clock = clock
+        self.rate = rate
+        self._grace = grace
+        self._next = clock.monotonic()  # when the next slot is free
+        self._held: dict[K, float] = {}  # key -> the time of its slot
+
+    def reserve(self, key: K) -> float:
+        """0: act now (the slot is taken); more: come back in that many seconds."""
+        now = self._clock.monotonic()
+        slot = self._held.get(key)
+        if slot is not None:
+            if slot <= now + MIN_WAIT_SECONDS:
+                del self._held[key]
+                if now - slot <= self._grace:
+                    return 0.0
+            else:
+                return slot - now
+        slot = max(now, self._next)
+        self._next = slot + 1.0 / self.rate
+        if slot <= now + MIN_WAIT_SECONDS:
+            return 0.0
+        self._held[key] = slot
+        return slot - now
+
+    def held(self, key: K) -> float:
+        """Seconds until the slot ``key`` holds (0: none, or due): when to look again."""
+        slot = self._held.get(key)
+        return max(0.0, slot - self._clock.monotonic()) if slot is not None else 0.0
+
+    def forget(self, key: K) -> None:
+        self._held.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._held)

@@ -2,8 +2,8 @@
 
 A record belongs to one pod: a report from the index's next pod (a replacement, a gang
 restart) starts a new record, and so does a step that went backwards (the program
-resumed from a checkpoint), so a rate never spans a restart. A report without metrics keeps the ones its pod sent
-last.
+resumed from a checkpoint), so a rate never spans a restart. A report without metrics
+keeps the ones its pod sent last.
 """
 
 from __future__ import annotations

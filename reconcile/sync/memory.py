@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.types import Pacer
+from controller.types import Pacer, SlotGate
 from reconcile.api.spec import SpecCache
 from reconcile.policy.failures import CreateFailures
 from reconcile.sync.progress import ProgressIntake
@@ -44,6 +44,7 @@ class JobMemory:
         failures: CreateFailures,
         pacer: Pacer,
         training_pacer: Pacer | None = None,
+        training_gate: SlotGate | None = None,
         progress: ProgressIntake | None = None,
     ) -> None:
         self.specs = specs
@@ -51,6 +52,8 @@ class JobMemory:
         self.pacer = pacer
         #: paces writes of trainingProgress alone (reconcile.sync.progress)
         self.training_pacer = training_pacer
+        #: and all jobs' such writes together, a share of the status budget
+        self.training_gate = training_gate
         #: the replicas' training-progress reports, when the endpoint is on
         self.progress = progress
         self._records: dict[str, JobRecord] = {}
@@ -74,6 +77,8 @@ class JobMemory:
         self.pacer.forget(key)
         if self.training_pacer is not None:
             self.training_pacer.forget(key)
+        if self.training_gate is not None:
+            self.training_gate.forget(key)
         if self.progress is not None:
             self.progress.forget(key)
 

@@ -6,7 +6,8 @@ controller.serving.reports, has checked the token for ``audience(ns, name)`` by 
 Each is taken only from a pod of that job, as the job and the pod stand in the
 informer caches (reconcile.progress.identity), and kept as that replica's record,
 replacing its last one. The job is then scheduled for a pass no sooner than its
-training-progress pace allows (``pacer``): the pass summarises the records into
+training-progress pace allows (``pacer``), nor before the slot it holds for all jobs'
+such writes together (``gate``): the pass summarises the records into
 ``trainingProgress`` (reconcile.plan.training) and writes it, paced unless the pass
 writes anything else anyway. Many reports of one job between two writes cost one pass.
 
@@ -28,6 +29,7 @@ from controller.types import (
     KeyQueue,
     Pacer,
     Reply,
+    SlotGate,
     object_key,
 )
 from reconcile.progress.identity import Refusal, audience, reporter_of
@@ -60,11 +62,13 @@ class ProgressIntake:
         queue: KeyQueue,
         pacer: Pacer,
         now: Callable[[], datetime],
+        gate: SlotGate | None = None,
     ) -> None:
         self._jobs = jobs
         self._pods = pods
         self._queue = queue
         self._pacer = pacer
+        self._gate = gate
         self._now = now
         self._records: dict[str, dict[tuple[str, int], ReplicaRecord]] = {}
         self.accepted = 0
@@ -100,7 +104,10 @@ class ProgressIntake:
         slot = (who.replica_type, who.index)
         held[slot] = record(held.get(slot), who, report, self._now())
         self.accepted += 1
-        self._queue.add_after(key, max(GATHER_SECONDS, self._pacer.delay(key)))
+        # not before the job's pace allows, nor before the slot it waits for (a pass
+        # before then would only find that out again)
+        waits = self._gate.held(key) if self._gate is not None else 0.0
+        self._queue.add_after(key, max(GATHER_SECONDS, self._pacer.delay(key), waits))
         return Reply(204)
 
     def records(self, key: str) -> tuple[ReplicaRecord, ...]:

@@ -55,6 +55,10 @@ class StatusWrites:
         wait = 0.0
         if plan.training_only and self.memory.training_pacer is not None:
             wait = self.memory.training_pacer.delay(key)
+            if wait <= 0 and self.memory.training_gate is not None:
+                # every job's training progress together: a share of the status budget,
+                # each job waiting for a slot of its own
+                wait = self.memory.training_gate.reserve(key)
         elif plan.progress:
             wait = self.memory.pacer.delay(key)
         if wait > 0:
@@ -73,7 +77,10 @@ class StatusWrites:
             )
             outcome.status_handed_off = True
             return requeue_after
-        await write_status(self.jobs, self.expectations, key, view, plan.status)
+        # training progress alone queues on the status budget behind the writes that
+        # report pods running or a job finished
+        urgent = None if not plan.training_only else False
+        await write_status(self.jobs, self.expectations, key, view, plan.status, urgent=urgent)
         self._mark(key)
         outcome.status_written = True
         return requeue_after

@@ -44,6 +44,7 @@ from controller.types import (
     Expectations,
     Pacer,
     Result,
+    SlotGate,
     Spawner,
     owned_by,
     split_key,
@@ -101,6 +102,7 @@ class TFJobReconciler:
         spawner: Spawner,
         pacer: Pacer,
         training_pacer: Pacer | None = None,
+        training_gate: SlotGate | None = None,
         progress: ProgressIntake | None = None,
         config: PlanConfig | None = None,
         metrics: JobMetrics | None = None,
@@ -122,6 +124,7 @@ class TFJobReconciler:
             failures=CreateFailures(clock, grace_seconds=failed_create_grace),
             pacer=pacer,
             training_pacer=training_pacer,
+            training_gate=training_gate,
             progress=progress,
         )
         self.statuses = StatusWrites(

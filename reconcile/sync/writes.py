@@ -129,13 +129,17 @@ async def write_status(
     key: str,
     job: JobView,
     status: Mapping[str, Any],
+    *,
+    urgent: bool | None = None,
 ) -> None:
     body = copy.copy(job.raw)
     body["status"] = dict(status)
     # A job's first status (it says Created) is not urgent: in a burst of new jobs those
     # queue on the status budget for seconds, and the writes that report pods running
-    # or a job finished go ahead of them.
-    urgent = bool(job.status.conditions)
+    # or a job finished go ahead of them. Nor is one that carries training progress
+    # alone (the caller says so).
+    if urgent is None:
+        urgent = bool(job.status.conditions)
     written = await jobs.replace_status(job.namespace, job.name, body, urgent=urgent)
     rv = (written.get("metadata") or {}).get("resourceVersion")
     if rv:

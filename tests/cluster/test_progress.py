@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+from kubeflow.training import TrainingClient
 
 from tests.cluster.kube import ControllerProcess, Kube, all_running, wait_for
 from tests.conftest import Cluster
@@ -104,7 +105,7 @@ def progress_of(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
 
 
 def test_pods_report_and_the_status_shows_it(
-    controller: ControllerProcess, kube: Kube, namespace: str
+    controller: ControllerProcess, cluster: Cluster, kube: Kube, namespace: str
 ) -> None:
     pods = started(kube, namespace, "mnist")
     c = pods[0]["spec"]["containers"][0]
@@ -157,6 +158,15 @@ def test_pods_report_and_the_status_shows_it(
     names = [c["name"] for c in table["columnDefinitions"]]
     cells = dict(zip(names, table["rows"][0]["cells"], strict=True))
     assert cells["Progress"] == 20
+    # the kubeflow-training SDK 1.9.4, unchanged, reads the job as before; the new
+    # fields are in the object as the API returns it
+    tc = TrainingClient(config_file=cluster.kubeconfig, namespace=namespace, job_kind="TFJob")
+    model = tc.get_job("mnist")
+    assert model.metadata.name == "mnist" and tc.is_job_running("mnist")
+    raw = tc.custom_api.get_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "tfjobs", "mnist"
+    )
+    assert raw["status"]["trainingProgress"]["step"] == 20
 
 
 def test_a_pod_can_report_only_for_its_own_job_as_itself(

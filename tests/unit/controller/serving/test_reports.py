@@ -273,3 +273,15 @@ async def test_a_silent_client_is_closed(pki: Path) -> None:
             with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
                 while True:
                     await s.receive()
+
+
+async def test_the_listen_backlog_takes_a_whole_job_connecting_at_once(pki: Path) -> None:
+    # 1,600 pods connecting together overflowed a backlog of 128: the kernel's SYN
+    # retries then held connections for over a minute (hack/bench_progress.py)
+    async with running(pki) as env:
+        assert env.server.bound is not None
+        port = env.server.bound[1]
+        done = await anyio.run_process(["ss", "-Hltn", f"sport = :{port}"], check=True)
+        out = done.stdout.decode()
+        (line,) = out.splitlines()
+        assert int(line.split()[2]) == 4096  # Send-Q of a listening socket: its backlog

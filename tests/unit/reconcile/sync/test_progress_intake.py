@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from controller.clock import FakeClock
-from controller.runtime.pacer import Pacer
+from controller.runtime.pacer import Pacer, SlotGate
 from controller.types import JSON, Caller
 from reconcile.sync.progress import GATHER_SECONDS, ProgressIntake, progress_path
 from tests.builders import make_pod, make_tfjob
@@ -87,3 +89,16 @@ def test_refusals() -> None:
     bad = i.accept(PATH, caller(), b'{"step": -1}')
     assert (bad.status, bad.field_name) == (400, "step")
     assert queue.added == [] and len(i) == 0
+
+
+def test_a_job_waiting_for_its_slot_is_not_looked_at_before_it() -> None:
+    clock = FakeClock()
+    queue, pacer = Queue(), Pacer[str](clock, 5.0)
+    gate = SlotGate[str](clock, rate=0.1)
+    i = ProgressIntake(
+        jobs=Cache(JOB), pods=Cache(POD), queue=queue, pacer=pacer, now=clock.now, gate=gate
+    )
+    gate.reserve("other/job")
+    gate.reserve("ns/mnist")  # the pass found the gate busy: its slot is in 10 s
+    i.accept(PATH, caller(), b'{"step": 3}')
+    assert queue.added == [("ns/mnist", pytest.approx(10.0))]

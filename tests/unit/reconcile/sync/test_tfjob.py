@@ -13,10 +13,13 @@ import structlog
 
 from controller import errors
 from controller.runtime.controller import Controller
+from controller.runtime.pacer import Pacer, SlotGate
+from controller.types import Caller
 from reconcile.api.names import MANAGED_BY_MULTIKUEUE
 from reconcile.sync.child_writes import MAX_JOB_BACKLOG, TERMINATING_NAMESPACE_SECONDS
 from reconcile.sync.keys import pods_key, services_key
 from reconcile.sync.pacing import STATUS_PACE_SECONDS
+from reconcile.sync.progress import ProgressIntake, progress_path
 from reconcile.sync.tfjob import DEFAULT_FAILED_CREATE_GRACE
 from tests.builders import make_pod, make_service, make_tfjob
 from tests.fakes import ReconcilerWorld
@@ -275,6 +278,64 @@ async def test_progress_only_status_is_paced() -> None:
         assert any(c["type"] == "Succeeded" for c in w.writer.statuses[-1]["conditions"])
         # only the first write (Created) lets urgent ones go ahead of it on the budget
         assert w.writer.urgent == [False, True, True, True]
+        tg.cancel_scope.cancel()
+
+
+async def test_training_progress_alone_is_paced_per_job_and_gated_across_jobs() -> None:
+    job = make_tfjob("t").worker(2).obj()
+    w = ReconcilerWorld(job)
+    # what tfjob_controller.reporting gives the reconciler, on the world's clock
+    training = Pacer[str](w.clock, 5.0)
+    gate = SlotGate[str](w.clock, rate=0.5)
+    intake = ProgressIntake(
+        jobs=w.jobs, pods=w.pods, queue=w.queue, pacer=training, now=w.clock.now
+    )
+    memory = w.reconciler.memory
+    memory.training_pacer, memory.training_gate, memory.progress = training, gate, intake
+    ctrl = Controller("tfjob", w.reconciler, clock=w.clock, queue=w.queue, background=w.background)
+    pods = [make_pod(job, "Worker", i).uid(f"uid-t-worker-{i}").running().obj() for i in range(2)]
+
+    def report(i: int, step: int) -> None:
+        caller = Caller(
+            "system:serviceaccount:ns:default",
+            extra={
+                "authentication.kubernetes.io/pod-name": (pods[i]["metadata"]["name"],),
+                "authentication.kubernetes.io/pod-uid": (pods[i]["metadata"]["uid"],),
+            },
+        )
+        reply = intake.accept(progress_path("ns", "t"), caller, b'{"step": %d}' % step)
+        assert reply.status == 204, reply
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        await ctrl.process(KEY)
+        await anyio.wait_all_tasks_blocked()
+        w.store_status()
+        for p in pods:
+            w.pods.upsert(p)
+        w.clock.advance(1)
+        await ctrl.process(KEY)  # Running
+        w.store_status()
+        w.clock.advance(10)
+        writes = len(w.writer.statuses)
+        report(0, 10)
+        await ctrl.process(KEY)  # the first report after a quiet spell: at once
+        assert len(w.writer.statuses) == writes + 1
+        assert w.writer.statuses[-1]["trainingProgress"]["step"] == 10
+        assert w.writer.urgent[-1] is False  # behind lifecycle writes on the budget
+        w.store_status()
+        report(0, 20)
+        await ctrl.process(KEY)  # within the job's pace: waits
+        assert len(w.writer.statuses) == writes + 1
+        w.clock.advance(5)
+        # the pace allows it, but the gate gave its slot away meanwhile: come back then
+        gate.reserve("other/job")
+        await ctrl.process(KEY)
+        assert len(w.writer.statuses) == writes + 1 and len(gate) == 1
+        w.clock.advance(2)
+        await ctrl.process(KEY)
+        assert len(w.writer.statuses) == writes + 2
+        assert w.writer.statuses[-1]["trainingProgress"]["step"] == 20
         tg.cancel_scope.cancel()
 
 
