@@ -136,13 +136,17 @@ class KubeApi:
         #: the client whose connections a sibling uses (and closes)
         self._owner: KubeApi | None = None
 
-    def sibling(self, *, tick: float | None = None, high_reserve: int = 0) -> KubeApi:
-        """The same client with a budget of its own: a token bucket with the same qps and
-        burst, over this client's connections (which this client closes)."""
+    def sibling(
+        self, *, tick: float | None = None, high_reserve: int = 0, qps: float | None = None
+    ) -> KubeApi:
+        """The same client with a budget of its own: a token bucket with the same qps (or
+        ``qps``; <= 0: none) and burst, over this client's connections (which this
+        client closes)."""
         settings = replace(
             self.settings,
             tick=self.settings.tick if tick is None else tick,
             high_reserve=high_reserve,
+            qps=self.settings.qps if qps is None else qps,
         )
         child = KubeApi(self.configuration, settings, self._clock)
         child._owner = self._owner or self
