@@ -4,8 +4,6 @@ on a fixed sleep: a test waits on flush(), with a timeout, and moves the clock i
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import logging
 import os
@@ -23,11 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from hack.cluster.pki import make_pki
 from tfjob_controller import progress
 from tfjob_controller.progress import Reporter, StepTimer, keras_callback
 
@@ -40,126 +35,19 @@ LOGGER = "tfjob_controller.progress"
 # -- certificates ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Authority:
-    key: ec.EllipticCurvePrivateKey
-    cert: x509.Certificate
-
-    def pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _times() -> tuple[datetime.datetime, datetime.datetime]:
-    now = datetime.datetime.now(datetime.UTC)
-    return now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1)
-
-
-def make_ca(name: str) -> Authority:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    begin, end = _times()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(begin)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return Authority(key, cert)
-
-
-def serving_files(ca: Authority, where: Path) -> tuple[Path, Path]:
-    """A certificate for localhost and 127.0.0.1 signed by ca, and its key, as PEM files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    begin, end = _times()
-    ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(begin)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
-        )
-        .sign(ca.key, hashes.SHA256())
-    )
-    cert_file, key_file = where / "server.pem", where / "server.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    where = tmp_path_factory.mktemp("pki")
-    trusted, other = make_ca("progress test CA"), make_ca("another CA")
-    (where / "ca.pem").write_bytes(trusted.pem())
-    good = where / "good"
-    bad = where / "bad"
-    good.mkdir()
-    bad.mkdir()
-    good_cert, good_key = serving_files(trusted, good)
-    bad_cert, bad_key = serving_files(other, bad)
+    """The local cluster's PKI, twice: its CA and its apiserver's certificate (for
+    127.0.0.1 and localhost), and another CA's certificate, which must not verify."""
+    good, bad = tmp_path_factory.mktemp("pki"), tmp_path_factory.mktemp("other-pki")
+    make_pki(good)
+    make_pki(bad)
     return {
-        "ca": where / "ca.pem",
-        "cert": good_cert,
-        "key": good_key,
-        "other_cert": bad_cert,
-        "other_key": bad_key,
+        "ca": good / "ca.crt",
+        "cert": good / "apiserver.crt",
+        "key": good / "apiserver.key",
+        "other_cert": bad / "apiserver.crt",
+        "other_key": bad / "apiserver.key",
     }
 
 
