@@ -38,6 +38,7 @@ from reconcile.sync.progress import ProgressIntake
 
 DEFAULT_BIND = ":10443"
 DEFAULT_CERT_SECRET = "tfjob-controller-progress-tls"
+CERT_DIR_NAME = "tfjob-controller-progress"
 DEFAULT_STATUS_INTERVAL = 5.0
 DEFAULT_RATE = 1.0
 DEFAULT_BURST = 5
@@ -80,8 +81,10 @@ def add_progress_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--progress-cert-dir",
-        default=str(Path(tempfile.gettempdir()) / "tfjob-controller-progress"),
-        help="where a made certificate is written for the TLS context (default %(default)s)",
+        default="",
+        help="where a made certificate is written for the TLS context (default: a"
+        " directory in the system's temporary one, looked up only then: a read-only root"
+        " filesystem may have none)",
     )
     g.add_argument(
         "--progress-status-interval",
@@ -216,7 +219,7 @@ async def progress_endpoint(
             namespace or own_namespace,
             name,
             [urllib.parse.urlsplit(args.progress_url).hostname or "localhost"],
-            Path(args.progress_cert_dir),
+            Path(args.progress_cert_dir or Path(tempfile.gettempdir()) / CERT_DIR_NAME),
             now=clock.now,
             on_ca=bundle.set_bundle,
         )
