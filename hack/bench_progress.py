@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    flags = progress_flags(d)
+    flags = progress_flags(d / "pki")
     metrics_port = cluster_mod.free_port()
     with open(d / "logs" / "bench-progress-controller.log", "wb") as logf:
         ctrl = subprocess.Popen(

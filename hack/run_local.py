@@ -63,11 +63,10 @@ def training(tp: dict[str, Any]) -> str:
     return f"progress ({tp.get('reporter', '?')}): " + ", ".join(parts)
 
 
-def progress_flags(d: Path) -> list[str]:
+def progress_flags(pki: Path) -> list[str]:
     """The training-progress endpoint (docs/progress.md) of a controller run on this
     host: pods on the real node reach it at the host's address, through their bridge;
-    its certificate is signed by the local cluster's CA."""
-    pki = d / "pki"
+    its certificate is signed by the CA in ``pki`` (the local cluster's)."""
     ip = cluster_mod.node.node_ip()
     ensure_serving_cert(pki, "progress", ["127.0.0.1", ip], ["localhost"])
     port = cluster_mod.free_port()
@@ -187,7 +186,7 @@ def start_controller(d: Path) -> subprocess.Popen[bytes]:
             "--log-format=json",
             "--metrics-bind-address=127.0.0.1:0",
             "--health-probe-bind-address=127.0.0.1:0",
-            *progress_flags(d),
+            *progress_flags(d / "pki"),
         ],
         stdout=logf,
         stderr=subprocess.STDOUT,

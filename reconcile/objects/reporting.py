@@ -51,8 +51,13 @@ def audience(namespace: str, name: str) -> str:
     return f"{AUDIENCE_PREFIX}/{namespace}/{name}"
 
 
+def progress_path(namespace: str, name: str) -> str:
+    """Where job ``namespace/name``'s pods report, on the endpoint."""
+    return f"/v1/namespaces/{namespace}/tfjobs/{name}/progress"
+
+
 def report_url(base_url: str, namespace: str, name: str) -> str:
-    return f"{base_url.rstrip('/')}/v1/namespaces/{namespace}/tfjobs/{name}/progress"
+    return base_url.rstrip("/") + progress_path(namespace, name)
 
 
 def opted_out(job_metadata: Mapping[str, Any]) -> bool:

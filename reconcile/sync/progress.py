@@ -47,10 +47,6 @@ _SA_PREFIX = "system:serviceaccount:"
 GATHER_SECONDS = 0.2
 
 
-def progress_path(namespace: str, name: str) -> str:
-    return f"/v1/namespaces/{namespace}/tfjobs/{name}/progress"
-
-
 class ProgressIntake:
     """Implements controller.types.ReportSink for TFJobs."""
 
@@ -71,7 +67,6 @@ class ProgressIntake:
         self._gate = gate
         self._now = now
         self._records: dict[str, dict[tuple[str, int], ReplicaRecord]] = {}
-        self.accepted = 0
 
     def audience(self, path: str) -> str | None:
         m = _PATH.fullmatch(path)
@@ -103,7 +98,6 @@ class ProgressIntake:
         held = self._records.setdefault(key, {})
         slot = (who.replica_type, who.index)
         held[slot] = record(held.get(slot), who, report, self._now())
-        self.accepted += 1
         # not before the job's pace allows, nor before the slot it waits for (a pass
         # before then would only find that out again)
         waits = self._gate.held(key) if self._gate is not None else 0.0

@@ -79,7 +79,7 @@ class StatusWrites:
             return requeue_after
         # training progress alone queues on the status budget behind the writes that
         # report pods running or a job finished
-        urgent = None if not plan.training_only else False
+        urgent = False if plan.training_only else None
         await write_status(self.jobs, self.expectations, key, view, plan.status, urgent=urgent)
         self._mark(key)
         outcome.status_written = True

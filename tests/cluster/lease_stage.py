@@ -5,6 +5,7 @@ namespace, optionally behind a fault proxy, and no session controller beside the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from tests.cluster.faultproxy import Fault, FaultProxy
 from tests.cluster.kube import ControllerProcess, Kube
+from tests.cluster.policy_helpers import leading
 from tests.conftest import Cluster
 
 
@@ -55,3 +57,19 @@ class Stage:
             kubeconfig=proxy.kubeconfig() if proxy is not None else None,
             log_name=f"tfjob-controller-{identity}",
         )
+
+
+def handover(old: ControllerProcess, new: ControllerProcess) -> tuple[float, float]:
+    """When ``old`` exited and when ``new`` led, watched in one loop so that neither time
+    is late for having waited on the other."""
+    exited_at = acquired_at = 0.0
+    deadline = time.monotonic() + 45
+    while not (exited_at and acquired_at):
+        assert time.monotonic() < deadline, f"exited at {exited_at}, acquired at {acquired_at}"
+        now = time.monotonic()
+        if not exited_at and old.proc is not None and old.proc.poll() is not None:
+            exited_at = now
+        if not acquired_at and leading(new):
+            acquired_at = now
+        time.sleep(0.05)
+    return exited_at, acquired_at

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from hack.cluster import node
-from hack.cluster.pki import ensure_serving_cert, make_pki
-from tests.conftest import Cluster, cluster_mod
+from hack.cluster.pki import make_pki
+from hack.run_local import progress_flags
+from tests.cluster.kube import Kube
+from tests.conftest import Cluster
 
 
 @dataclass(frozen=True)
@@ -25,17 +27,34 @@ def progress_endpoint(cluster: Cluster) -> Endpoint:
         pki = cluster.dir / "progress-pki"
         if not (pki / "ca.key").exists():
             make_pki(pki)
-    ip = node.node_ip()
-    ensure_serving_cert(pki, "progress", ["127.0.0.1", ip], ["localhost"])
-    port = cluster_mod.free_port()
-    url = f"https://{ip}:{port}"
-    flags = (
-        f"--progress-url={url}",
-        f"--progress-bind-address=:{port}",
-        f"--progress-cert-file={pki / 'progress.crt'}",
-        f"--progress-key-file={pki / 'progress.key'}",
-        f"--progress-ca-file={pki / 'ca.crt'}",
-        # a test's job reports show within a second of each other, not five
-        "--progress-status-interval=1",
-    )
-    return Endpoint(url, pki / "ca.crt", flags)
+    flags = progress_flags(pki)
+    url = next(f for f in flags if f.startswith("--progress-url=")).split("=", 1)[1]
+    # a test's job reports show within a second of each other, not five
+    return Endpoint(url, pki / "ca.crt", (*flags, "--progress-status-interval=1"))
+
+
+def audience(ns: str, name: str) -> str:
+    return f"tfjob.kubeflow.org/{ns}/{name}"
+
+
+def mint(kube: Kube, ns: str, pod: dict[str, Any], aud: str, seconds: int = 600) -> str:
+    """A token of the pod's service account bound to the pod: a projected token, asked
+    for as the kubelet asks for one."""
+    meta = pod["metadata"]
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": [aud],
+            "expirationSeconds": seconds,
+            "boundObjectRef": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+        },
+    }
+    sa = pod["spec"].get("serviceAccountName", "default")
+    out = kube.req("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", body)
+    return str(out["status"]["token"])

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from tests.cluster.faultproxy import FaultProxy, Injection, Seen
-from tests.cluster.kube import ControllerProcess, wait_for, wait_job
-from tests.cluster.lease_stage import Stage
+from tests.cluster.kube import wait_for, wait_job
+from tests.cluster.lease_stage import Stage, handover
 from tests.cluster.policy_helpers import TEMPLATE, leading, make_job
 
 #: needs kwok pods that exit on the test's say; a fault proxy in front of the local apiserver
@@ -163,22 +163,6 @@ def test_a_leader_whose_renewals_hang_stops_before_its_lease_can_expire(stage: S
 
 def phase(pod: dict[str, Any] | None) -> str | None:
     return ((pod or {}).get("status") or {}).get("phase")
-
-
-def handover(old: ControllerProcess, new: ControllerProcess) -> tuple[float, float]:
-    """When ``old`` exited and when ``new`` led, watched in one loop so that neither time
-    is late for having waited on the other."""
-    exited_at = acquired_at = 0.0
-    deadline = time.monotonic() + 45
-    while not (exited_at and acquired_at):
-        assert time.monotonic() < deadline, f"exited at {exited_at}, acquired at {acquired_at}"
-        now = time.monotonic()
-        if not exited_at and old.proc is not None and old.proc.poll() is not None:
-            exited_at = now
-        if not acquired_at and leading(new):
-            acquired_at = now
-        time.sleep(0.05)
-    return exited_at, acquired_at
 
 
 def test_sigterm_mid_burst_releases_the_lease_last_and_exits_0(stage: Stage) -> None:

@@ -21,6 +21,7 @@ import pytest
 from kubeflow.training import TrainingClient
 
 from tests.cluster.kube import ControllerProcess, Kube, all_running, wait_for
+from tests.cluster.progress_endpoint import audience, mint
 from tests.conftest import Cluster
 
 #: kwok runs the pods; the tokens are minted here the way the kubelet asks for them
@@ -35,32 +36,6 @@ def job(name: str, workers: int = 2) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"tfReplicaSpecs": {"Worker": {"replicas": workers, "template": tpl}}},
     }
-
-
-def audience(ns: str, name: str) -> str:
-    return f"tfjob.kubeflow.org/{ns}/{name}"
-
-
-def mint(kube: Kube, ns: str, pod: dict[str, Any], aud: str, seconds: int = 600) -> str:
-    """A token of the pod's service account bound to the pod: a projected token."""
-    meta = pod["metadata"]
-    body = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "audiences": [aud],
-            "expirationSeconds": seconds,
-            "boundObjectRef": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": meta["name"],
-                "uid": meta["uid"],
-            },
-        },
-    }
-    sa = pod["spec"].get("serviceAccountName", "default")
-    out = kube.req("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", body)
-    return str(out["status"]["token"])
 
 
 class Reporter:

@@ -26,11 +26,9 @@ import pytest
 
 from tests.cluster.faultproxy import Injection
 from tests.cluster.kube import WatchThread, all_running, wait_for
-from tests.cluster.lease_stage import Stage
+from tests.cluster.lease_stage import Stage, handover
 from tests.cluster.policy_helpers import leading, make_job
-from tests.cluster.progress_endpoint import Endpoint, progress_endpoint
-from tests.cluster.test_lease_fencing import handover
-from tests.cluster.test_progress import audience, mint
+from tests.cluster.progress_endpoint import Endpoint, audience, mint, progress_endpoint
 
 pytestmark = pytest.mark.local_only
 

@@ -10,7 +10,8 @@ import pytest
 from controller.clock import FakeClock
 from controller.runtime.pacer import Pacer, SlotGate
 from controller.types import JSON, Caller
-from reconcile.sync.progress import GATHER_SECONDS, ProgressIntake, progress_path
+from reconcile.objects.reporting import progress_path
+from reconcile.sync.progress import GATHER_SECONDS, ProgressIntake
 from tests.builders import make_pod, make_tfjob
 
 JOB = make_tfjob("mnist", "ns", uid="job-uid").worker(2).obj()

@@ -16,10 +16,11 @@ from controller.runtime.controller import Controller
 from controller.runtime.pacer import Pacer, SlotGate
 from controller.types import Caller
 from reconcile.api.names import MANAGED_BY_MULTIKUEUE
+from reconcile.objects.reporting import progress_path
 from reconcile.sync.child_writes import MAX_JOB_BACKLOG, TERMINATING_NAMESPACE_SECONDS
 from reconcile.sync.keys import pods_key, services_key
 from reconcile.sync.pacing import STATUS_PACE_SECONDS
-from reconcile.sync.progress import ProgressIntake, progress_path
+from reconcile.sync.progress import ProgressIntake
 from reconcile.sync.tfjob import DEFAULT_FAILED_CREATE_GRACE
 from tests.builders import make_pod, make_service, make_tfjob
 from tests.fakes import ReconcilerWorld
