@@ -56,6 +56,8 @@ REQUEST_TIMEOUT = 10.0
 #: a kept-alive connection with no request for this long is closed
 IDLE_TIMEOUT = 90.0
 MAX_CONNECTIONS = 4096
+#: a body over the limit but under this is read and dropped before the 413
+DRAIN_LIMIT = 256 * 1024
 #: the kernel caps it at net.core.somaxconn (4096 by default since Linux 5.4)
 LISTEN_BACKLOG = 4096
 CODES = (204, 400, 401, 403, 404, 405, 411, 413, 415, 429, 431, 500, 503)
@@ -316,6 +318,10 @@ class _Conversation:
         if request.length is None:
             raise _Refused(Reply(411, "a Content-Length is required"))
         if request.length > self.server.max_body:
+            if request.length <= DRAIN_LIMIT:
+                # a client still sending the body would find the connection closed
+                # before it reads the answer (as Go's net/http, read the rest first)
+                await self._discard(request.length)
             raise _Refused(Reply(413, f"a report is at most {self.server.max_body} bytes"))
         ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if ctype != "application/json":
@@ -327,6 +333,15 @@ class _Conversation:
                 raise _Close() from None
         body, self.buf = self.buf[: request.length], self.buf[request.length :]
         return body
+
+    async def _discard(self, length: int) -> None:
+        while len(self.buf) < length:
+            length -= len(self.buf)
+            try:
+                self.buf = await self.stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError, OSError):
+                raise _Close() from None
+        self.buf = self.buf[length:]
 
     async def _send(self, reply: Reply, *, close: bool = True) -> None:
         self.server.count(reply.status)
