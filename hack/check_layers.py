@@ -40,17 +40,17 @@ CONTROLLER_RANKS = {
     "serving": 3,
     "runtime": 4,
 }
-#: reconcile/: what a TFJob is, the objects built from it, the policies and the training
-#: progress summaries, the plan, and the two users of the plan: the reconciler's sync
-#: layer and explain.
+#: reconcile/: what a TFJob is, the objects built from it, the policies, the training
+#: progress rules (which set conditions as the policies do), the plan, and the two users
+#: of the plan: the reconciler's sync layer and explain.
 RECONCILE_RANKS = {
     "api": 0,
     "objects": 1,
     "policy": 2,
-    "progress": 2,
-    "plan": 3,
-    "explain": 4,
-    "sync": 4,
+    "progress": 3,
+    "plan": 4,
+    "explain": 5,
+    "sync": 5,
 }
 RANKS = {"controller": CONTROLLER_RANKS, "reconcile": RECONCILE_RANKS}
 

@@ -13,6 +13,9 @@ hack/check_layers.py enforces it):
   they end a job in (verdict), clean_pod_policy and ttl_after_finished (applied
   together by cleanup), gang scheduling and whole-gang restart, outcome tracking,
   create failures, the child diffs, conditions and the new status.
+- ``progress/``: training progress as the training processes report it, and what the
+  controller does with it: trainingProgress, the progress deadline (the Stalled
+  condition) and the restart guard.
 - ``plan/``: compute_plan, a pure function from a snapshot of the caches to a Plan:
   every create, delete, status and event of one pass.
 - ``sync/`` and ``explain.py``, the plan's two users. sync/ is the only part that meets

@@ -68,6 +68,14 @@ GANG_EPOCH_LABEL = f"training.{GROUP}/gang-epoch"
 #: Training-progress reporting (docs/progress.md): "false" on a job leaves its pods
 #: without the endpoint, token and CA the controller otherwise gives them.
 PROGRESS_REPORTING_ANNOTATION = f"training.{GROUP}/progress-reporting"
+#: Stalls and restarts without progress (reconcile.api.watch, docs/stalls.md): the
+#: seconds a reporting job may go without a step advancing; the seconds a Running job
+#: may go before its first report; what a stall does (report, restart, fail); how many
+#: restarts in a row without progress fail the job (0: never).
+PROGRESS_DEADLINE_ANNOTATION = f"training.{GROUP}/progress-deadline-seconds"
+FIRST_PROGRESS_DEADLINE_ANNOTATION = f"training.{GROUP}/first-progress-deadline-seconds"
+STALL_ACTION_ANNOTATION = f"training.{GROUP}/stall-action"
+RESTART_GUARD_ANNOTATION = f"training.{GROUP}/restart-guard"
 
 DEFAULT_CONTAINER_NAME = "tensorflow"
 DEFAULT_PORT_NAME = "tfjob-port"

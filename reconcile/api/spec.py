@@ -8,8 +8,9 @@ an invalid job's is parsed leniently, field by field, so a job that fails valida
 still be cleaned up and TTL-deleted by the policy it does state.
 
 ``SpecCache`` memoizes the expensive half (pydantic parsing, validation, defaulting) per
-job key and UID, keyed by the exact spec: the cached spec object itself while the informer hands
-out the same dict (no serialization at all), else its sorted-key JSON bytes. A hit is
+job key and UID, keyed by the exact spec, annotations and labels: the cached objects
+themselves while the informer hands out the same dicts (no serialization at all), else
+their sorted-key JSON bytes. A hit is
 exactly what ``read_job`` would compute again, so planning stays a pure function of the
 snapshot. The reconciler owns one cache and forgets a job when the job is gone.
 """
@@ -30,6 +31,7 @@ from reconcile.api.models import RunPolicy, TFJob
 from reconcile.api.names import MANAGED_BY_TRAINING_OPERATOR
 from reconcile.api.status_types import JobStatus
 from reconcile.api.validation import FieldError, check, format_errors
+from reconcile.api.watch import NO_WATCH, TrainingWatch, read_watch
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,8 @@ class CheckedSpec:
     #: an invalid job whose every error is a rule upstream did not enforce, defaulted:
     #: what the planner runs when the job was started before we took it over
     tolerated: TFJob | None = None
+    #: its stall and restart-guard annotations (reconcile.api.watch)
+    watch: TrainingWatch = NO_WATCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,10 @@ class JobView:
         return self.spec.run_policy
 
     @property
+    def watch(self) -> TrainingWatch:
+        return self.spec.watch
+
+    @property
     def invalid_message(self) -> str | None:
         return format_errors(self.spec.errors) if self.spec.tfjob is None else None
 
@@ -80,13 +88,15 @@ def check_spec(raw: Mapping[str, Any]) -> CheckedSpec:
     """Parse, validate and default the job (the status is not part of it: it is ours, and
     a status this version cannot read must not turn the job into a validation failure)."""
     parsed, errors = check({k: v for k, v in raw.items() if k != "status"})
+    meta = raw.get("metadata")
+    watch, _ = read_watch(meta if isinstance(meta, Mapping) else {})
     if parsed is not None and not errors:
         defaulted = apply_defaults(parsed)
-        return CheckedSpec(defaulted, (), defaulted.spec.run_policy or RunPolicy())
+        return CheckedSpec(defaulted, (), defaulted.spec.run_policy or RunPolicy(), watch=watch)
     tolerated = None
     if parsed is not None and all(e.upstream_accepted for e in errors):
         tolerated = apply_defaults(parsed)
-    return CheckedSpec(None, tuple(errors), lenient_run_policy(raw), tolerated)
+    return CheckedSpec(None, tuple(errors), lenient_run_policy(raw), tolerated, watch)
 
 
 def lenient_run_policy(raw: Mapping[str, Any]) -> RunPolicy:
@@ -128,7 +138,9 @@ def read_job(raw: JSON, checked: CheckedSpec | None = None) -> JobView:
 @dataclass(slots=True)
 class _Entry:
     uid: str
-    spec_obj: object  # kept alive so the identity check below cannot see a reused id
+    #: the spec, annotations and labels objects, kept alive so the identity check below
+    #: cannot see a reused id
+    spec_obj: tuple[object, object, object]
     spec_bytes: bytes | None
     checked: CheckedSpec
 
@@ -152,11 +164,15 @@ class SpecCache:
         self._entries.pop(key, None)
 
     def _checked(self, key: str, uid: str, raw: JSON) -> CheckedSpec:
-        spec = raw.get("spec")
+        # The model keeps the job's metadata, whose annotations are settings too (whole-
+        # gang restart, reconcile.api.watch) and change without the spec changing.
+        meta = raw.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        spec = (raw.get("spec"), meta.get("annotations"), meta.get("labels"))
         entry = self._entries.get(key)
         if entry is not None and entry.uid != uid:
             entry = None  # a new job under the same name
-        if entry is not None and entry.spec_obj is spec:
+        if entry is not None and all(a is b for a, b in zip(entry.spec_obj, spec, strict=True)):
             self._entries.move_to_end(key)
             return entry.checked
         try:

@@ -196,10 +196,25 @@ class TrainingProgress(_Model):
     last_report_time: Time | None = None
     #: whose figures these are: "chief-0", "worker-0"
     reporter: str = ""
+    #: when a replica's step last advanced (or the job first reported): the progress
+    #: deadline counts from here, across a failover (docs/stalls.md)
+    last_progress_time: Time | None = None
+    #: the furthest step any replica has reported: restarts that never get past it
+    #: are restarts without progress
+    furthest_step: Count | None = None
     #: the reporter's named metrics (loss, accuracy, ...)
     metrics: dict[str, float] = Field(default_factory=dict)
     #: by replica type
     replicas: dict[str, ReplicaTypeProgress] = Field(default_factory=dict)
+
+
+class RestartGuard(_Model):
+    """Where the current run of restarts without progress began (docs/stalls.md)."""
+
+    #: the furthest step any replica had reported before the first of them
+    since_step: Count = 0
+    #: the job's restarts (all replica types') before the first of them
+    since_restarts: Count = 0
 
 
 class JobStatus(_Model):
@@ -215,6 +230,8 @@ class JobStatus(_Model):
     gang_epoch: Count = 0
     #: The training processes' own progress reports, summarised (reconcile.progress).
     training_progress: TrainingProgress | None = None
+    #: Restarts in a row that made no progress (reconcile.progress.guard).
+    restart_guard: RestartGuard | None = None
 
     @classmethod
     def read(cls, obj: object) -> tuple[JobStatus, str | None]:

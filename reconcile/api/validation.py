@@ -37,6 +37,7 @@ from reconcile.api.names import (
     ReplicaType,
     RestartPolicy,
 )
+from reconcile.api.watch import read_watch
 
 _DNS1035 = re.compile(DNS1035_LABEL_PATTERN)
 _KNOWN_TYPES = {t.value.lower() for t in ReplicaType}
@@ -107,6 +108,7 @@ def validate(job: TFJob) -> list[FieldError]:
     if not errors:
         errors += _validate_child_names(job.name, job.spec.tf_replica_specs)
     errors += _validate_managed_by(job)
+    errors += _validate_watch(job.metadata)
     errors += _validate_replica_types(job.spec.tf_replica_specs)
     errors += _validate_total_replicas(job.spec.tf_replica_specs)
     for rtype, rspec in job.spec.tf_replica_specs.items():
@@ -191,6 +193,16 @@ def _validate_managed_by(job: TFJob) -> list[FieldError]:
             "spec.runPolicy.managedBy",
             f"Unsupported value {policy.managed_by!r}: supported values: {allowed}",
         )
+    ]
+
+
+def _validate_watch(metadata: Mapping[str, Any]) -> list[FieldError]:
+    """Our annotations (reconcile.api.watch): upstream ignores them, so a job it started
+    with a bad one is taken over, not failed."""
+    _, errors = read_watch(metadata)
+    return [
+        FieldError(f"metadata.annotations[{key}]", message, upstream_accepted=True)
+        for key, message in errors
     ]
 
 

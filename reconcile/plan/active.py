@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 
 from reconcile.api.labels import replica_name
 from reconcile.api.models import TFJob
-from reconcile.api.names import CHIEF_TYPES, ReplicaType
+from reconcile.api.names import CHIEF_TYPES, RESTART_GUARD_ANNOTATION, ReplicaType
 from reconcile.api.status_types import JobStatus, ReplicaStatus
+from reconcile.api.watch import StallAction, TrainingWatch
 from reconcile.objects.observed import ObservedPod, group_pods
 from reconcile.plan.model import Plan, PlanConfig, Snapshot, status_plan, with_children
 from reconcile.plan.podgroup import GangStep, gang_step, podgroup_delete
@@ -32,6 +33,9 @@ from reconcile.policy.restart import ReplicaAccount, ReplicaInput, account_repli
 from reconcile.policy.status import ActiveClock, active_clock, calculate_status
 from reconcile.policy.tracking import active_releases, retired, settled_releases
 from reconcile.policy.verdict import Verdict, decide
+from reconcile.progress.guard import GuardCheck, check_guard, furthest_step
+from reconcile.progress.records import ReplicaRecord
+from reconcile.progress.stall import Stall, check_stall, stalled_conditions
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,12 @@ class _Pass:
     stale: list[ObservedPod]
     #: permanent ends the accounting leaves out (policy.collateral; whole gang only)
     collateral: collateral.Collateral
+    #: the job's stall and restart-guard settings (reconcile.api.watch)
+    watch: TrainingWatch
+    #: the training-progress records of the current epoch's pods
+    live: tuple[ReplicaRecord, ...]
+    #: and of every pod the job has, for the furthest step (the restart guard)
+    reported: tuple[ReplicaRecord, ...]
 
 
 def active_plan(
@@ -72,11 +82,32 @@ def active_plan(
     restart_type = _gang_restart_trigger(p, outcomes)
     if restart_type is not None:
         outcomes = gang_restart.as_one_restart(p.old, outcomes)
-    verdict, deadline_in = _verdict(p, outcomes)
-    new = calculate_status(p.old, outcomes, verdict, now, job=tfjob, clock=p.clock)
-    if restart_type is not None and verdict is None:
+    stall = None if status_only else _stall(p)
+    stall_restart = _stall_restarts(p, stall, restart_type)
+    if stall_restart:
+        outcomes = gang_restart.counted_restart(outcomes)
+    guard = _guard(p, outcomes)
+    verdict, deadline_in = _verdict(p, outcomes, stall, guard)
+    restarting = (restart_type is not None or stall_restart) and verdict is None
+    conds = stalled_conditions(
+        p.clock.conditions, stall, tfjob.name, now, restarted=stall_restart and restarting
+    )
+    clock = replace(p.clock, conditions=conds)
+    new = calculate_status(p.old, outcomes, verdict, now, job=tfjob, clock=clock)
+    if guard.guard != p.old.restart_guard:
+        new = new.model_copy(update={"restart_guard": guard.guard})
+    if restarting:
         # Account, then act: the next epoch is stored before any pod is deleted.
-        return replace(status_plan(p.old, _restarting(p, new, restart_type)), ends=ends)
+        if restart_type is not None:
+            message = cond.msg_gang_restart(tfjob.name, restart_type)
+        else:
+            message = cond.msg_stall_restart(tfjob.name, stall.summary if stall else "")
+        plan = status_plan(p.old, _restarting(p, new, message))
+        if stall_restart and stall is not None:
+            # Stalled never turns True for it: the event says what the restart is for
+            stalled = cond.EventIntent(cond.WARNING, stall.reason, stall.message)
+            plan = replace(plan, events=[stalled, *plan.events])
+        return replace(plan, ends=ends)
     gang = gang_step(p.snap, tfjob, config) if verdict is None else None
     new = _admission(p, new, gang)
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
@@ -87,7 +118,12 @@ def active_plan(
         return plan
     if verdict is not None:
         return _finishing(p, plan)
-    return _running(p, plan, outcomes, gang, deadline_in)
+    if stall is None:
+        # the pass that sets Running starts the clock: time it now, not a pass later
+        stored = p.old.training_progress
+        stall = check_stall(p.watch, tfjob.name, new.conditions, stored, p.live, p.snap.now)
+    stall_in = stall.due_in if stall is not None else None
+    return _running(p, plan, outcomes, gang, deadline_in, stall_in)
 
 
 def _begin(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> _Pass:
@@ -104,7 +140,12 @@ def _begin(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> _
             snap.pods, _policies(tfjob), snap.now, resumed_at=clock.resumed_at
         )
         held = collateral.collateral(ends, snap.now, _window(config), whole_gang=True)
-    return _Pass(snap, tfjob, old, now, clock, config, whole, stale, held)
+    uids = {pod.uid for pod in snap.pods}
+    every = uids | {pod.uid for pod in stale}
+    live = tuple(r for r in snap.training if r.who.pod_uid in uids)
+    reported = tuple(r for r in snap.training if r.who.pod_uid in every)
+    watch = snap.job.watch
+    return _Pass(snap, tfjob, old, now, clock, config, whole, stale, held, watch, live, reported)
 
 
 def _policies(tfjob: TFJob) -> dict[str, str]:
@@ -149,21 +190,68 @@ def _gang_restart_trigger(p: _Pass, outcomes: Mapping[str, ReplicaAccount]) -> s
 
 
 def _verdict(
-    p: _Pass, outcomes: Mapping[str, ReplicaAccount]
+    p: _Pass, outcomes: Mapping[str, ReplicaAccount], stall: Stall | None, guard: GuardCheck
 ) -> tuple[Verdict | None, float | None]:
-    """The verdict and the seconds to the deadline; creates refused for longer than
-    the grace (policy.failures) fail a job no other rule ends."""
+    """The verdict and the seconds to the deadline. A job no rule of the API ends is
+    failed by creates refused for longer than the grace (policy.failures), by the restart
+    guard, or by a stall whose action is to fail (reconcile.progress)."""
     verdict, deadline_in = decide(p.tfjob, outcomes, p.clock.start_time, p.snap.now)
+    if verdict is not None:
+        return verdict, deadline_in
+    name = p.tfjob.name
     failure = p.snap.failure
-    if verdict is None and failure is not None:
-        message = cond.msg_create_failed(p.tfjob.namespace, p.tfjob.name, failure.message)
+    if failure is not None:
+        message = cond.msg_create_failed(p.tfjob.namespace, name, failure.message)
         verdict = Verdict(False, message, cond.WARNING, failure_reason=failure.reason)
+    elif guard.tripped and guard.guard is not None:
+        message = cond.msg_no_progress(
+            name,
+            guard.without_progress,
+            guard.guard.since_step,
+            RESTART_GUARD_ANNOTATION,
+            p.watch.restart_guard,
+        )
+        verdict = Verdict(False, message, cond.WARNING, failure_reason=cond.REASON_NO_PROGRESS)
+    elif stall is not None and stall.stalled and p.watch.stall_action is StallAction.FAIL:
+        message = cond.msg_stall_failed(name, stall.summary)
+        verdict = Verdict(False, message, cond.WARNING, failure_reason=cond.REASON_STALLED)
     return verdict, deadline_in
 
 
-def _restarting(p: _Pass, new: JobStatus, restart_type: str) -> JobStatus:
+def _stall(p: _Pass) -> Stall | None:
+    return check_stall(
+        p.watch,
+        p.tfjob.name,
+        p.clock.conditions,
+        p.old.training_progress,
+        p.live,
+        p.snap.now,
+    )
+
+
+def _stall_restarts(p: _Pass, stall: Stall | None, restart_type: str | None) -> bool:
+    """Whether this pass restarts the gang for a stall: one that asks for it, found
+    with no other restart under way (a pod's end restarting the gang already, an
+    earlier epoch's pods still going)."""
+    return (
+        stall is not None
+        and stall.stalled
+        and p.watch.stall_action is StallAction.RESTART
+        and p.whole_gang
+        and restart_type is None
+        and not p.stale
+    )
+
+
+def _guard(p: _Pass, outcomes: Mapping[str, ReplicaAccount]) -> GuardCheck:
+    before = sum(rs.restarts for rs in p.old.replica_statuses.values())
+    now = sum(o.status.restarts for o in outcomes.values())
+    furthest = furthest_step(p.old.training_progress, p.reported)
+    return check_guard(p.watch.restart_guard, p.old.restart_guard, before, now, furthest)
+
+
+def _restarting(p: _Pass, new: JobStatus, message: str) -> JobStatus:
     """The status that starts a whole-gang restart: the next epoch, Restarting."""
-    message = cond.msg_gang_restart(p.tfjob.name, restart_type)
     conds = cond.set_condition(
         new.conditions, cond.RESTARTING, cond.TRUE, cond.REASON_RESTARTING, message, p.now
     )
@@ -220,6 +308,7 @@ def _running(
     outcomes: Mapping[str, ReplicaAccount],
     gang: GangStep | None,
     deadline_in: float | None,
+    stall_in: float | None,
 ) -> Plan:
     """A job that goes on: its pods and services made and removed, tracking finalizers
     released, the PodGroup written, and the earliest timer (a backoff, the deadline)."""
@@ -251,6 +340,8 @@ def _running(
         waits.append(p.collateral.wait)
     if deadline_in is not None:
         waits.append(deadline_in)
+    if stall_in is not None:
+        waits.append(stall_in)
     return with_children(
         replace(plan, events=[*plan.events, *overrides]),
         create_pods=pods,

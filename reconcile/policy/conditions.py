@@ -31,6 +31,8 @@ RESTARTING = "Restarting"
 SUCCEEDED = "Succeeded"
 SUSPENDED = "Suspended"
 FAILED = "Failed"
+#: ours: a reporting job whose training stopped advancing (docs/stalls.md)
+STALLED = "Stalled"
 
 TRUE = "True"
 FALSE = "False"
@@ -194,6 +196,26 @@ def set_condition(
     return kept
 
 
+def put_first(
+    conditions: Sequence[JobCondition],
+    cond_type: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime,
+) -> list[JobCondition]:
+    """The list with (type, status, reason, message) first in it, for a condition of ours
+    that must never be the last one (GangAdmitted, Stalled): kubectl's State column and
+    the SDK read the last. Unchanged while the status and reason are."""
+    current = list(conditions)
+    old = find(current, cond_type)
+    if old is not None and old.status == status and old.reason == reason:
+        return current
+    fields = {"type": cond_type, "status": status, "reason": reason, "message": message}
+    new = JobCondition(**fields, last_update_time=now, last_transition_time=now)
+    return [new, *(c for c in current if c.type != cond_type)]
+
+
 # --- transition events ----------------------------------------------------------------------
 
 
@@ -231,8 +253,11 @@ def transition_events(
                 FAILED: failed_event_type,
                 RESTARTING: WARNING,
                 SUSPENDED: NORMAL,
+                STALLED: WARNING,
             }.get(cond.type)
         elif cond.type == SUSPENDED and cond.reason == REASON_RESUMED:
+            event_type = NORMAL
+        elif cond.type == STALLED and cond.reason == REASON_PROGRESS_RESUMED:
             event_type = NORMAL
         if event_type is not None:
             out.append(EventIntent(event_type, cond.reason, cond.message))
@@ -272,4 +297,34 @@ def msg_gang_restart(name: str, rtype: str) -> str:
     return (
         f"TFJob {name} is restarting its whole gang: a {rtype} pod ended, so every pod is"
         " deleted and all are created again together."
+    )
+
+
+# --- stalls and restarts without progress (reconcile.progress, docs/stalls.md) -------
+
+REASON_PROGRESS_DEADLINE = "ProgressDeadlineExceeded"
+REASON_FIRST_PROGRESS_DEADLINE = "FirstProgressDeadlineExceeded"
+REASON_PROGRESS_RESUMED = "ProgressResumed"
+REASON_STALL_RESTARTED = "GangRestarted"
+#: the Failed condition's reasons of the stall action "fail" and of the restart guard
+REASON_STALLED = "TFJobStalled"
+REASON_NO_PROGRESS = "TFJobRestartsWithoutProgress"
+
+
+def msg_stall_restart(name: str, stalled: str) -> str:
+    return (
+        f"TFJob {name} is restarting its whole gang: {stalled} (stall action restart);"
+        " every pod is deleted and all are created again together."
+    )
+
+
+def msg_stall_failed(name: str, stalled: str) -> str:
+    return f"TFJob {name} has failed: {stalled} (stall action fail)."
+
+
+def msg_no_progress(name: str, count: int, step: int, key: str, limit: int) -> str:
+    return (
+        f"TFJob {name} has failed: it restarted {count} times in a row and no replica's"
+        f" step got past {step}, the furthest before the first of those restarts"
+        f" ({key}: {limit})."
     )

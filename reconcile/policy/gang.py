@@ -293,8 +293,4 @@ def admission_conditions(
         message = f"TFJob {name}'s PodGroup was admitted: its pods are created."
     else:
         return current
-    if old is not None and old.status == status and old.reason == reason:
-        return current
-    fields = {"type": GANG_ADMITTED, "status": status, "reason": reason, "message": message}
-    new = JobCondition(**fields, last_update_time=now, last_transition_time=now)
-    return [new, *(c for c in current if c.type != GANG_ADMITTED)]
+    return cond.put_first(current, GANG_ADMITTED, status, reason, message, now)

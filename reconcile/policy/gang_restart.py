@@ -15,7 +15,11 @@ instead, the way Volcano's RestartJob and JobSet's RestartJobSet do:
 3. when none is left, all pods are created together, with the new epoch, after the
    failed index's usual backoff (and, with gang scheduling, behind the PodGroup).
 
-Without the annotation nothing here applies: each pod is replaced on its own.
+Without the annotation nothing here applies: each pod is replaced on its own. The stall
+action ``restart`` (reconcile.api.watch) turns it on as well: restarting one pod of a
+stalled synchronous job would not unstick the others, so a job that asks a stall to
+restart it runs under these rules (docs/stalls.md). That restart is ``counted_restart``:
+no pod ended, and it counts once against backoffLimit all the same.
 """
 
 from __future__ import annotations
@@ -25,8 +29,14 @@ from dataclasses import replace
 
 from controller.types import JSON
 from reconcile.api.models import TFJob
-from reconcile.api.names import GANG_EPOCH_LABEL, GANG_RESTART_ANNOTATION, STATUS_ORDER
+from reconcile.api.names import (
+    GANG_EPOCH_LABEL,
+    GANG_RESTART_ANNOTATION,
+    STALL_ACTION_ANNOTATION,
+    STATUS_ORDER,
+)
 from reconcile.api.status_types import JobStatus, ReplicaStatus
+from reconcile.api.watch import StallAction
 from reconcile.objects.observed import ObservedPod
 from reconcile.policy.restart import ReplicaAccount
 
@@ -35,7 +45,10 @@ def enabled(job: TFJob) -> bool:
     annotations = job.metadata.get("annotations")
     if not isinstance(annotations, Mapping):
         return False
-    return str(annotations.get(GANG_RESTART_ANNOTATION, "")).strip().lower() == "true"
+    if str(annotations.get(GANG_RESTART_ANNOTATION, "")).strip().lower() == "true":
+        return True
+    action = str(annotations.get(STALL_ACTION_ANNOTATION, "")).strip().lower()
+    return action == StallAction.RESTART.value
 
 
 def split_by_epoch(
@@ -85,6 +98,19 @@ def as_one_restart(
         keep = was if counted else was + 1
         counted = True
         out[rtype] = replace(o, status=o.status.model_copy(update={"restarts": keep}))
+    return out
+
+
+def counted_restart(outcomes: Mapping[str, ReplicaAccount]) -> dict[str, ReplicaAccount]:
+    """One restart more on the first replica type (status order): a restart no pod's end
+    asked for (a stall's). New outcomes; the given ones are left as they were."""
+    out = dict(outcomes)
+    order = _in_order(outcomes)
+    if order:
+        o = outcomes[order[0]]
+        out[order[0]] = replace(
+            o, status=o.status.model_copy(update={"restarts": o.status.restarts + 1})
+        )
     return out
 
 

@@ -52,7 +52,8 @@ def summarize(
     completion = _completion(lead, total_steps, rate)
     remaining = None
     if completion is not None:
-        remaining = _human(max(0.0, (completion - stored_now(lead.at)).total_seconds()))
+        remaining = human_duration(max(0.0, (completion - stored_now(lead.at)).total_seconds()))
+    moved = [r.progress_at for r in live if r.progress_at is not None]
     by_type: dict[str, list[ReplicaRecord]] = {}
     for r in live:
         by_type.setdefault(r.who.replica_type, []).append(r)
@@ -67,6 +68,8 @@ def summarize(
         estimated_completion_time=completion,
         last_report_time=max(r.at for r in live),
         reporter=f"{lead.who.replica_type.lower()}-{lead.who.index}",
+        last_progress_time=stored_now(max(moved)) if moved else None,
+        furthest_step=max(r.report.step for r in live),
         metrics={k: _significant(v) for k, v in rep.metrics.items()},
         replicas={t: _type_progress(rs) for t, rs in sorted(by_type.items())},
     )
@@ -144,7 +147,7 @@ def _significant(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _human(seconds: float) -> str:
+def human_duration(seconds: float) -> str:
     s = round(seconds)
     if s >= 3600:
         return f"{s // 3600}h{s % 3600 // 60}m"

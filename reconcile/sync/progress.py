@@ -33,7 +33,7 @@ from controller.types import (
     object_key,
 )
 from reconcile.progress.identity import Refusal, audience, reporter_of
-from reconcile.progress.records import ReplicaRecord, record
+from reconcile.progress.records import ReplicaRecord, known_step, record
 from reconcile.progress.wire import ReportError, parse_report
 
 #: namespace and name as the apiserver allows them (DNS labels and subdomains)
@@ -97,7 +97,13 @@ class ProgressIntake:
         key = object_key(ns, name)
         held = self._records.setdefault(key, {})
         slot = (who.replica_type, who.index)
-        held[slot] = record(held.get(slot), who, report, self._now())
+        prev = held.get(slot)
+        baseline = None
+        if prev is None:  # after a failover: the step the stored status shows
+            status = job.get("status")
+            stored = status.get("trainingProgress") if isinstance(status, dict) else None
+            baseline = known_step(stored, who.replica_type, who.index)
+        held[slot] = record(prev, who, report, self._now(), baseline)
         # not before the job's pace allows, nor before the slot it waits for (a pass
         # before then would only find that out again)
         waits = self._gate.held(key) if self._gate is not None else 0.0

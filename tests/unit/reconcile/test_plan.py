@@ -48,6 +48,8 @@ class World:
     serial: int = 0
     deleted_job: bool = False
     last: Plan | None = None
+    #: the replicas' training-progress records the pass is given (reconcile.progress)
+    training: tuple[Any, ...] = ()
 
     def reconcile(self, config: PlanConfig = CFG) -> Plan:
         snap = Snapshot(
@@ -55,6 +57,7 @@ class World:
             observe_all(copy.deepcopy(p) for p in self.pods.values()),
             [copy.deepcopy(s) for s in self.services.values()],
             at(self.now),
+            training=self.training,
         )
         pods, services = copy.deepcopy(raws(snap.pods)), copy.deepcopy(snap.services)
         job = snap.job.raw

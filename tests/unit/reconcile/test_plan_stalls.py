@@ -1,0 +1,378 @@
+"""Stalls and the restart guard through compute_plan, on a fake clock (docs/stalls.md):
+the deadlines' edges, what does not count (not Running, suspended, restarting), progress
+resuming, a failover that keeps the times, the actions, and the guard's counting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconcile.api.names import (
+    FIRST_PROGRESS_DEADLINE_ANNOTATION,
+    GANG_EPOCH_LABEL,
+    PROGRESS_DEADLINE_ANNOTATION,
+    RESTART_GUARD_ANNOTATION,
+    STALL_ACTION_ANNOTATION,
+)
+from reconcile.api.status_types import format_time
+from reconcile.plan import Plan
+from reconcile.progress.records import ReplicaRecord, Reporter, known_step, record
+from reconcile.progress.wire import Report
+from tests.builders import at, make_tfjob
+from tests.unit.reconcile.test_plan import World, cond, cond_types
+
+TYPES = {"worker": "Worker", "chief": "Chief", "ps": "PS"}
+
+
+@dataclass
+class Reporting(World):
+    """The world, and the controller's intake: each replica's record, as the reports
+    arrive (reconcile.sync.progress does the same with the same functions)."""
+
+    held: dict[tuple[str, int], ReplicaRecord] = field(default_factory=dict)
+
+    def report(self, pod_name: str, step: int) -> None:
+        meta = self.pods[pod_name]["metadata"]
+        labels = meta["labels"]
+        rtype = TYPES[labels["training.kubeflow.org/replica-type"]]
+        index = int(labels["training.kubeflow.org/replica-index"])
+        who = Reporter(rtype, index, pod_name, meta["uid"], "node-a")
+        prev = self.held.get((rtype, index))
+        baseline = None
+        if prev is None:
+            baseline = known_step(self.status.get("trainingProgress"), rtype, index)
+        self.held[(rtype, index)] = record(prev, who, Report(step=step), at(self.now), baseline)
+        self.training = tuple(self.held.values())
+
+    def failover(self) -> None:
+        """A new leader: nothing in memory but what the status says."""
+        self.held = {}
+        self.training = ()
+
+
+def watched(**annotations: str) -> dict[str, Any]:
+    job = make_tfjob("m").worker(2, restart_policy="ExitCode").obj()
+    job["metadata"]["annotations"] = annotations
+    return job
+
+
+def running(job: dict[str, Any], at_second: float = 10) -> Reporting:
+    w = Reporting(job)
+    w.reconcile()
+    w.run_all()
+    w.now = at_second
+    w.reconcile()
+    assert cond(w.status, "Running")["status"] == "True"
+    return w
+
+
+def stalled(w: Reporting) -> dict[str, Any] | None:
+    found = [c for c in w.status.get("conditions", []) if c["type"] == "Stalled"]
+    return found[0] if found else None
+
+
+def at_(w: Reporting, second: float) -> Plan:
+    w.now = second
+    return w.reconcile()
+
+
+def reported(w: Reporting, second: float, *steps: tuple[str, int]) -> Plan:
+    """At ``second`` these pods report these steps, and the pass they bring runs."""
+    w.now = second
+    for name, step in steps:
+        w.report(name, step)
+    return w.reconcile()
+
+
+DEADLINE = {PROGRESS_DEADLINE_ANNOTATION: "60"}  # first progress: 3 x 60 s
+
+
+# --- the deadlines ----------------------------------------------------------------------
+
+
+def test_first_progress_deadline_counts_from_running_and_names_its_reason() -> None:
+    w = running(watched(**DEADLINE), at_second=10)
+    assert w.last is not None and w.last.requeue_after == 180  # a timer, not polling
+    assert at_(w, 189).status is None and stalled(w) is None
+    assert at_(w, 189).requeue_after == 1
+    p = at_(w, 190)
+    c = stalled(w)
+    assert c is not None and (c["status"], c["reason"]) == ("True", "FirstProgressDeadlineExceeded")
+    assert (
+        "Running for 3m0s with no progress reported (first-progress deadline 180s)" in c["message"]
+    )
+    # first in the list: the State column and the SDK still read Running
+    assert w.status["conditions"][0]["type"] == "Stalled"
+    assert cond_types(w.status)[-1] == ("Running", "True")
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "FirstProgressDeadlineExceeded")]
+    # stalled: nothing more to time, and no write again
+    assert at_(w, 200).status is None
+
+
+def test_progress_deadline_counts_from_the_last_step_that_advanced() -> None:
+    w = running(watched(**DEADLINE))
+    reported(w, 20, ("m-worker-0", 1), ("m-worker-1", 1))
+    assert reported(w, 25, ("m-worker-0", 5), ("m-worker-1", 5)).requeue_after == 60
+    # the same step again is no progress
+    for t in (40, 60, 80):
+        w.now = t
+        w.report("m-worker-0", 5)
+        w.report("m-worker-1", 5)
+        w.reconcile()
+    assert w.status["trainingProgress"]["lastProgressTime"] == format_time(at(25))
+    assert at_(w, 84).status is None or stalled(w) is None
+    p = at_(w, 85)
+    c = stalled(w)
+    assert c is not None and c["reason"] == "ProgressDeadlineExceeded"
+    assert "made no progress for 1m0s (progress deadline 60s)" in c["message"]
+    assert f"worker-0 at step 5 since {format_time(at(25))} on node-a" in c["message"]
+    assert ("Warning", "ProgressDeadlineExceeded") in [(e.type, e.reason) for e in p.events]
+    # a step advances: resumed, with a Normal event
+    p = reported(w, 100, ("m-worker-1", 6))
+    c = stalled(w)
+    assert c is not None and (c["status"], c["reason"]) == ("False", "ProgressResumed")
+    assert ("Normal", "ProgressResumed") in [(e.type, e.reason) for e in p.events]
+    assert p.requeue_after == 60
+
+
+def test_an_advance_before_the_deadline_sets_nothing() -> None:
+    w = running(watched(**DEADLINE))
+    reported(w, 20, ("m-worker-0", 1))
+    assert reported(w, 79, ("m-worker-0", 2)).requeue_after == 60
+    assert at_(w, 138).status is None or stalled(w) is None
+    assert stalled(w) is None
+
+
+def test_no_deadline_no_check_and_no_timer() -> None:
+    w = running(watched())
+    reported(w, 20, ("m-worker-0", 1))
+    assert at_(w, 10_000).requeue_after is None and stalled(w) is None
+
+
+def test_a_job_that_is_not_running_is_not_timed() -> None:
+    w = Reporting(watched(**DEADLINE))
+    w.reconcile()  # created, pods pending: the clock has not started
+    assert at_(w, 1_000).requeue_after is None and stalled(w) is None
+    w.run_all()
+    assert at_(w, 1_001).status is not None  # Running now
+    assert at_(w, 1_180).status is None and stalled(w) is None
+    at_(w, 1_181)
+    assert stalled(w) is not None
+
+
+def test_suspended_time_does_not_count_and_a_resume_starts_the_clock_again() -> None:
+    job = watched(**DEADLINE)
+    w = running(job, at_second=10)
+    reported(w, 20, ("m-worker-0", 3))
+    w.job["spec"]["runPolicy"] = {"suspend": True}
+    at_(w, 30)
+    w.gone()
+    assert cond(w.status, "Suspended")["status"] == "True"
+    assert at_(w, 500).requeue_after is None and stalled(w) is None  # suspended for long
+    w.job["spec"]["runPolicy"] = {"suspend": False}
+    at_(w, 600)
+    w.run_all()
+    at_(w, 601)
+    assert cond(w.status, "Running")["status"] == "True"
+    # the last progress (20) was before this run: the first-progress deadline applies
+    assert w.last is not None and w.last.requeue_after == 180
+    assert at_(w, 780).status is None or stalled(w) is None
+    at_(w, 781)
+    c = stalled(w)
+    assert c is not None and c["reason"] == "FirstProgressDeadlineExceeded"
+
+
+def test_a_new_leader_counts_from_the_stored_times() -> None:
+    w = running(watched(**DEADLINE))
+    reported(w, 20, ("m-worker-0", 7))
+    w.failover()
+    # no report since: the deadline still runs from 20
+    assert at_(w, 50).requeue_after == 30
+    # a report of the step the status shows is no progress to the new leader
+    reported(w, 70, ("m-worker-0", 7))
+    at_(w, 80)
+    c = stalled(w)
+    assert c is not None and c["reason"] == "ProgressDeadlineExceeded"
+    # one past it is
+    w.failover()
+    reported(w, 90, ("m-worker-0", 8))
+    c = stalled(w)
+    assert c is not None and c["reason"] == "ProgressResumed"
+
+
+def test_a_separate_first_deadline_and_none_after_the_first_report() -> None:
+    w = running(watched(**{FIRST_PROGRESS_DEADLINE_ANNOTATION: "30"}))
+    assert w.last is not None and w.last.requeue_after == 30
+    assert (
+        reported(w, 20, ("m-worker-0", 1)).requeue_after is None
+    )  # reported: no progress deadline set
+    assert at_(w, 10_000).requeue_after is None and stalled(w) is None
+
+
+# --- the actions ------------------------------------------------------------------------
+
+
+def test_restart_action_restarts_the_gang_counted_once_and_times_the_new_run() -> None:
+    w = running(watched(**DEADLINE, **{STALL_ACTION_ANNOTATION: "restart"}))
+    reported(w, 20, ("m-worker-0", 4))
+    p = at_(w, 80)
+    assert w.status["gangEpoch"] == 1
+    assert w.status["replicaStatuses"]["Worker"]["restarts"] == 1
+    restarting = cond(w.status, "Restarting")
+    assert restarting["status"] == "True" and "made no progress for 1m0s" in restarting["message"]
+    c = stalled(w)
+    assert c is not None and (c["status"], c["reason"]) == ("False", "GangRestarted")
+    assert [(e.type, e.reason) for e in p.events] == [
+        ("Warning", "ProgressDeadlineExceeded"),
+        ("Warning", "TFJobRestarting"),
+    ]
+    # the old epoch goes, the new one comes, all together
+    assert len(at_(w, 81).delete_pods) == 2
+    w.gone()
+    p = at_(w, 82)
+    assert {x["metadata"]["labels"][GANG_EPOCH_LABEL] for x in p.create_pods} == {"1"}
+    assert at_(w, 90).requeue_after is None  # pending: not Running, not timed
+    w.run_all()
+    at_(w, 100)
+    assert cond(w.status, "Running")["status"] == "True"
+    assert w.last is not None and w.last.requeue_after == 180  # first progress again
+    # the new pods resume below the stored step: not progress yet; then they advance
+    reported(w, 110, ("m-worker-0", 2))
+    assert reported(w, 120, ("m-worker-0", 3)).requeue_after == 60
+    assert stalled(w)["status"] == "False"  # type: ignore[index]
+
+
+def test_restart_action_over_the_backoff_limit_fails_by_the_limit() -> None:
+    job = watched(**DEADLINE, **{STALL_ACTION_ANNOTATION: "restart"})
+    job["spec"]["runPolicy"] = {"backoffLimit": 0}
+    w = running(job)
+    reported(w, 20, ("m-worker-0", 4))
+    at_(w, 80)
+    failed = cond(w.status, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "TFJobFailed")
+    assert "backoff limit" in failed["message"]
+    assert w.status.get("gangEpoch", 0) == 0
+    c = stalled(w)
+    assert c is not None and c["status"] == "True"
+
+
+def test_fail_action_fails_the_job_with_its_own_reason() -> None:
+    w = running(watched(**DEADLINE, **{STALL_ACTION_ANNOTATION: "fail"}))
+    reported(w, 20, ("m-worker-0", 4))
+    p = at_(w, 80)
+    failed = cond(w.status, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "TFJobStalled")
+    assert (
+        "made no progress for 1m0s (progress deadline 60s) (stall action fail)" in failed["message"]
+    )
+    assert stalled(w)["status"] == "True"  # type: ignore[index]
+    assert ("Warning", "TFJobStalled") in [(e.type, e.reason) for e in p.events]
+
+
+def test_report_action_leaves_the_job_running() -> None:
+    w = running(watched(**DEADLINE, **{STALL_ACTION_ANNOTATION: "report"}))
+    at_(w, 190)
+    assert stalled(w)["status"] == "True"  # type: ignore[index]
+    assert cond_types(w.status)[-1] == ("Running", "True")
+    assert w.status.get("gangEpoch", 0) == 0 and at_(w, 191).delete_pods == []
+
+
+# --- the restart guard ------------------------------------------------------------------
+
+
+def crash(w: Reporting, name: str, second: float) -> None:
+    """The pod fails (137, retried under ExitCode) and is replaced, running again."""
+    w.now = second
+    w.set_phase(name, "Failed", 137)
+    w.reconcile()
+    w.now = second + 1
+    w.reconcile()
+    w.gone()
+    w.now = second + 300  # past any backoff
+    w.reconcile()
+    w.run_all()
+    w.now = second + 301
+    w.reconcile()
+
+
+def test_restarts_without_progress_fail_the_job_after_the_guard() -> None:
+    w = running(watched(**{RESTART_GUARD_ANNOTATION: "2"}))
+    reported(w, 20, ("m-worker-0", 50))
+    crash(w, "m-worker-0", 100)  # restart 1: the run begins at step 50
+    assert w.status["restartGuard"] == {"sinceStep": 50}
+    w.report("m-worker-0", 40)  # resumed from a checkpoint, below 50
+    crash(w, "m-worker-0", 1_000)  # restart 2: one restarted run ended without progress
+    assert "Failed" not in [t for t, s in cond_types(w.status) if s == "True"]
+    w.report("m-worker-0", 45)
+    w.now = 2_000
+    w.set_phase("m-worker-0", "Failed", 137)  # restart 3: the second: the guard trips
+    p = w.reconcile()
+    failed = cond(w.status, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "TFJobRestartsWithoutProgress")
+    assert failed["message"] == (
+        "TFJob m has failed: it restarted 2 times in a row and no replica's step got past"
+        " 50, the furthest before the first of those restarts"
+        " (training.kubeflow.org/restart-guard: 2)."
+    )
+    assert ("Warning", "TFJobRestartsWithoutProgress") in [(e.type, e.reason) for e in p.events]
+
+
+def test_progress_past_the_mark_begins_a_new_run() -> None:
+    w = running(watched(**{RESTART_GUARD_ANNOTATION: "2"}))
+    reported(w, 20, ("m-worker-0", 50))
+    crash(w, "m-worker-0", 100)
+    w.report("m-worker-0", 40)
+    w.now = 500
+    w.report("m-worker-0", 60)  # past 50: progress
+    w.reconcile()
+    crash(w, "m-worker-0", 1_000)
+    assert w.status["restartGuard"] == {"sinceStep": 60, "sinceRestarts": 1}
+    crash(w, "m-worker-0", 2_000)
+    assert all(c["type"] != "Failed" for c in w.status["conditions"])
+
+
+def test_a_job_that_never_reported_is_left_to_the_backoff_limit() -> None:
+    w = running(watched(**{RESTART_GUARD_ANNOTATION: "1"}))
+    for t in (100, 1_000, 2_000, 3_000):
+        crash(w, "m-worker-0", t)
+    assert w.status["replicaStatuses"]["Worker"]["restarts"] == 4
+    assert "restartGuard" not in w.status
+    assert all(c["type"] != "Failed" for c in w.status["conditions"])
+
+
+def test_the_guard_off_never_trips() -> None:
+    w = running(watched(**{RESTART_GUARD_ANNOTATION: "0"}))
+    reported(w, 20, ("m-worker-0", 50))
+    for t in (100, 1_000, 2_000, 3_000):
+        crash(w, "m-worker-0", t)
+    assert all(c["type"] != "Failed" for c in w.status["conditions"])
+
+
+# --- costs and bad values -----------------------------------------------------------------
+
+
+def test_a_job_without_reports_or_annotations_writes_what_it_always_wrote() -> None:
+    plain = running(make_tfjob("m").worker(2, restart_policy="ExitCode").obj())
+    guarded = running(watched(**{RESTART_GUARD_ANNOTATION: "3"}))
+    for w in (plain, guarded):
+        for t in range(20, 2_000, 97):
+            at_(w, t)
+    assert plain.status_writes == guarded.status_writes == 2
+    assert plain.status == guarded.status
+
+
+def test_a_bad_value_fails_the_job_naming_the_annotation() -> None:
+    w = Reporting(watched(**{STALL_ACTION_ANNOTATION: "Restart!"}))
+    w.reconcile()
+    failed = cond(w.status, "Failed")
+    assert failed["reason"] == "TFJobFailedValidation"
+    assert (
+        "metadata.annotations[training.kubeflow.org/stall-action]: must be one of report,"
+        " restart, fail, not 'Restart!'" in failed["message"]
+    )
+    w = Reporting(watched(**{PROGRESS_DEADLINE_ANNOTATION: "-5"}))
+    w.reconcile()
+    assert (
+        "progress-deadline-seconds]: must be a whole number from 1 to 2592000"
+        in (cond(w.status, "Failed")["message"])
+    )
