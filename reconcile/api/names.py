@@ -76,6 +76,10 @@ PROGRESS_DEADLINE_ANNOTATION = f"training.{GROUP}/progress-deadline-seconds"
 FIRST_PROGRESS_DEADLINE_ANNOTATION = f"training.{GROUP}/first-progress-deadline-seconds"
 STALL_ACTION_ANNOTATION = f"training.{GROUP}/stall-action"
 RESTART_GUARD_ANNOTATION = f"training.{GROUP}/restart-guard"
+#: Stragglers (reconcile.progress.stragglers): the fraction of its peers' speed below
+#: which a replica is flagged (0: never), and what a flag does (report, move).
+STRAGGLER_THRESHOLD_ANNOTATION = f"training.{GROUP}/straggler-threshold"
+STRAGGLER_ACTION_ANNOTATION = f"training.{GROUP}/straggler-action"
 
 DEFAULT_CONTAINER_NAME = "tensorflow"
 DEFAULT_PORT_NAME = "tfjob-port"

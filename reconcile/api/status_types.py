@@ -178,6 +178,23 @@ class ReplicaTypeProgress(_Model):
     replicas: list[ReplicaProgress] = Field(default_factory=list)
 
 
+class Straggler(_Model):
+    """A replica slower than its peers (reconcile.progress.stragglers, docs/stalls.md)."""
+
+    replica_type: str
+    index: Count
+    pod: str = ""
+    pod_uid: str = Field(default="", alias="podUID")
+    node: str = ""
+    #: its speed as a fraction of its peers' (1: as fast; 0.5: half as fast)
+    score: float
+    #: what was compared: "section:<name>" (the replicas' self-timed sections) or
+    #: "stepRate"
+    basis: str
+    #: when it was flagged: the episode began
+    since: Time | None = None
+
+
 class TrainingProgress(_Model):
     """How far training has got, from the training processes' own reports
     (docs/progress.md). The job-level figures are the reporter's: the chief (or
@@ -202,6 +219,8 @@ class TrainingProgress(_Model):
     #: the furthest step any replica has reported: restarts that never get past it
     #: are restarts without progress
     furthest_step: Count | None = None
+    #: replicas slower than their peers, slowest first (at most 16)
+    stragglers: list[Straggler] = Field(default_factory=list)
     #: the reporter's named metrics (loss, accuracy, ...)
     metrics: dict[str, float] = Field(default_factory=dict)
     #: by replica type

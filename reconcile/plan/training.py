@@ -1,4 +1,5 @@
-"""trainingProgress in the status a running job's pass writes (reconcile.progress).
+"""trainingProgress in the status a running job's pass writes (reconcile.progress), with
+the replicas flagged as stragglers (reconcile.progress.stragglers) and their events.
 
 Laid over whatever the pass decided: a pass that writes anyway carries the latest
 progress with it, and one that would write nothing writes progress alone, which the
@@ -12,6 +13,7 @@ from dataclasses import replace
 
 from reconcile.api.status_types import JobStatus, TrainingProgress
 from reconcile.plan.model import Plan, Snapshot
+from reconcile.progress.stragglers import find_stragglers, straggler_events
 from reconcile.progress.summary import summarize
 
 
@@ -23,12 +25,21 @@ def with_training(plan: Plan, snap: Snapshot, stored: JobStatus) -> Plan:
     if progress is None:
         return plan
     progress = kept_marks(progress, stored.training_progress)
+    before = stored.training_progress.stragglers if stored.training_progress else []
+    threshold = snap.job.watch.straggler_threshold
+    records = [r for r in snap.training if r.who.pod_uid in live]
+    flagged = find_stragglers(records, before, threshold, snap.now)
+    progress = progress.model_copy(update={"stragglers": flagged})
     shown = progress.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     base = plan.status if plan.status is not None else stored.to_json()
     if base.get("trainingProgress") == shown:
         return plan
+    events = straggler_events(snap.job.name, before, flagged, threshold)
     return replace(
-        plan, status={**base, "trainingProgress": shown}, training_only=plan.status is None
+        plan,
+        status={**base, "trainingProgress": shown},
+        training_only=plan.status is None,
+        events=[*plan.events, *events],
     )
 
 

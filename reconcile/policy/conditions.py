@@ -309,6 +309,9 @@ REASON_STALL_RESTARTED = "GangRestarted"
 #: the Failed condition's reasons of the stall action "fail" and of the restart guard
 REASON_STALLED = "TFJobStalled"
 REASON_NO_PROGRESS = "TFJobRestartsWithoutProgress"
+#: a replica flagged as slower than its peers, and cleared (reconcile.progress.stragglers)
+REASON_STRAGGLER = "StragglerDetected"
+REASON_STRAGGLER_RECOVERED = "StragglerRecovered"
 
 
 def msg_stall_restart(name: str, stalled: str) -> str:

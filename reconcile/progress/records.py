@@ -15,6 +15,7 @@ and hangs has not progressed, and neither has one that reports the same step for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -24,6 +25,9 @@ from reconcile.progress.wire import Report
 RATE_SAMPLES = 8
 #: samples older than this are not used for the rate
 RATE_WINDOW_SECONDS = 120.0
+
+
+Sections = tuple[tuple[float, Mapping[str, float]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,8 @@ class ReplicaRecord:
     samples: tuple[tuple[float, int], ...]
     #: when this pod's step last advanced (see the module docstring)
     progress_at: datetime | None = None
+    #: (POSIX seconds, sections) of this pod's recent reports that timed sections
+    sections: Sections = ()
 
     @property
     def steps_per_second(self) -> float | None:
@@ -78,14 +84,18 @@ def record(
     ):
         known = prev.report.step if prev is not None else baseline
         moved = known is None or report.step > known
-        return ReplicaRecord(who, report, at, (sample,), at if moved else None)
+        timed: Sections = ((sample[0], report.sections),) if report.sections else ()
+        return ReplicaRecord(who, report, at, (sample,), at if moved else None, timed)
     if not report.metrics and prev.report.metrics:
         # a report of its step alone (a batch, under a strategy whose batch logs are
         # not the mean) keeps the metrics its pod reported last (an epoch's end)
         report = replace(report, metrics=prev.report.metrics)
     progress_at = at if report.step > prev.report.step else prev.progress_at
     samples = (*prev.samples[-(RATE_SAMPLES - 1) :], sample)
-    return ReplicaRecord(who, report, at, samples, progress_at)
+    timed = prev.sections
+    if report.sections:
+        timed = (*timed[-(RATE_SAMPLES - 1) :], (sample[0], report.sections))
+    return ReplicaRecord(who, report, at, samples, progress_at, timed)
 
 
 def known_step(progress: object, replica_type: str, index: int) -> int | None:

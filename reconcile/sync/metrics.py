@@ -31,6 +31,13 @@ class JobMetrics:
         self.restarted = Counter(
             "training_operator_jobs_restarted", "TFJob replica restarts", labels, **kw
         )
+        # ours (docs/stalls.md): a Stalled condition turning True, or a stall's restart
+        self.stalled = Counter(
+            "tfjob_stalls", "TFJobs whose progress deadline ran out", labels, **kw
+        )
+        self.stragglers = Counter(
+            "tfjob_stragglers", "Replicas flagged as slower than their peers", labels, **kw
+        )
 
     def job_seen(self, job: Mapping[str, Any]) -> None:
         """A job seen for the first time: new only if no controller has written status."""
@@ -42,8 +49,13 @@ class JobMetrics:
             cond.REASON_SUCCEEDED: self.successful,
             cond.REASON_FAILED: self.failed,
             cond.REASON_FAILED_VALIDATION: self.failed,
+            cond.REASON_STALLED: self.failed,
+            cond.REASON_NO_PROGRESS: self.failed,
             cond.REASON_RESTARTING: self.restarted,
             cond.REASON_DELETED_JOB: self.deleted,
+            cond.REASON_PROGRESS_DEADLINE: self.stalled,
+            cond.REASON_FIRST_PROGRESS_DEADLINE: self.stalled,
+            cond.REASON_STRAGGLER: self.stragglers,
         }.get(reason)
         if counter is not None:
             counter.labels(_ns(job), FRAMEWORK).inc()

@@ -211,9 +211,11 @@ class TFJobReconciler:
         # 7. Write status once, only if it changed (progress alone is paced).
         requeue_after = await self.statuses.write(key, view, plan, outcome)
         # 8. Events of this pass's transitions, only once the status that records them
-        #    is stored (a failed write retries the pass, which would repeat them); a
-        #    write handed to the background announces them itself.
-        if not outcome.status_handed_off:
+        #    is stored (a failed write retries the pass, which would repeat them, and a
+        #    paced one is made by a later pass); a write handed to the background
+        #    announces them itself.
+        if not outcome.status_handed_off and (plan.status is None or outcome.status_written):
+            # a status paced for later announces nothing now: its pass comes again
             self.statuses.announce(view, plan)
         structlog.contextvars.bind_contextvars(
             created=outcome.created,

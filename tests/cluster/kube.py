@@ -198,6 +198,18 @@ class Kube:
         body = {"gracePeriodSeconds": grace} if grace is not None else None
         self.req("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", body)
 
+    def columns(self, ns: str, name: str) -> dict[str, Any]:
+        """The TFJob's row as kubectl shows it: the apiserver's Table for the CRD's
+        printer columns, by column name."""
+        status, table = self.api.request(
+            "GET",
+            f"{self.tfjobs(ns)}/{name}",
+            headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        )
+        assert status == 200, table
+        names = [c["name"] for c in table["columnDefinitions"]]
+        return dict(zip(names, table["rows"][0]["cells"], strict=True))
+
     def events(self, ns: str) -> list[dict[str, Any]]:
         return list(self.req("GET", f"/api/v1/namespaces/{ns}/events")["items"])
 

@@ -4,13 +4,17 @@ by a CA of the test cluster's."""
 
 from __future__ import annotations
 
+import http.client
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from hack.cluster.pki import make_pki
 from hack.run_local import progress_flags
-from tests.cluster.kube import Kube
+from tests.cluster.kube import ControllerProcess, Kube
 from tests.conftest import Cluster
 
 
@@ -58,3 +62,34 @@ def mint(kube: Kube, ns: str, pod: dict[str, Any], aud: str, seconds: int = 600)
     sa = pod["spec"].get("serviceAccountName", "default")
     out = kube.req("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", body)
     return str(out["status"]["token"])
+
+
+class Reporter:
+    """One pod's connection to the endpoint, kept alive as the helper keeps it."""
+
+    def __init__(self, controller: ControllerProcess) -> None:
+        ep: Endpoint = controller.progress
+        self.base = ep.url
+        host, port = ep.url.removeprefix("https://").rsplit(":", 1)
+        self.ctx = ssl.create_default_context(cafile=str(ep.ca_file))
+        self.conn = http.client.HTTPSConnection(host, int(port), context=self.ctx, timeout=10)
+
+    def post(
+        self, path: str, token: str | None, body: bytes, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        h = {"Content-Type": "application/json", **(headers or {})}
+        if token is not None:
+            h["Authorization"] = f"Bearer {token}"
+        self.conn.request("POST", path, body=body, headers=h)
+        r = self.conn.getresponse()
+        raw = r.read()
+        if r.getheader("Connection", "").lower() == "close":
+            self.conn.close()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, orjson.loads(raw) if raw else {}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def report_path(ns: str, name: str) -> str:
+    return f"/v1/namespaces/{ns}/tfjobs/{name}/progress"

@@ -5,7 +5,6 @@ asks for a projected one) and each verdict is the apiserver's TokenReview."""
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import random
@@ -21,7 +20,8 @@ import pytest
 from kubeflow.training import TrainingClient
 
 from tests.cluster.kube import ControllerProcess, Kube, all_running, wait_for
-from tests.cluster.progress_endpoint import audience, mint
+from tests.cluster.progress_endpoint import Reporter, audience, mint
+from tests.cluster.progress_endpoint import report_path as path
 from tests.conftest import Cluster
 
 #: kwok runs the pods; the tokens are minted here the way the kubelet asks for them
@@ -36,37 +36,6 @@ def job(name: str, workers: int = 2) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"tfReplicaSpecs": {"Worker": {"replicas": workers, "template": tpl}}},
     }
-
-
-class Reporter:
-    """One pod's connection to the endpoint, kept alive as the helper keeps it."""
-
-    def __init__(self, controller: ControllerProcess) -> None:
-        ep = controller.progress
-        self.base = ep.url
-        host, port = ep.url.removeprefix("https://").rsplit(":", 1)
-        self.ctx = ssl.create_default_context(cafile=str(ep.ca_file))
-        self.conn = http.client.HTTPSConnection(host, int(port), context=self.ctx, timeout=10)
-
-    def post(
-        self, path: str, token: str | None, body: bytes, headers: dict[str, str] | None = None
-    ) -> tuple[int, dict[str, str], dict[str, Any]]:
-        h = {"Content-Type": "application/json", **(headers or {})}
-        if token is not None:
-            h["Authorization"] = f"Bearer {token}"
-        self.conn.request("POST", path, body=body, headers=h)
-        r = self.conn.getresponse()
-        raw = r.read()
-        if r.getheader("Connection", "").lower() == "close":
-            self.conn.close()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, orjson.loads(raw) if raw else {}
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def path(ns: str, name: str) -> str:
-    return f"/v1/namespaces/{ns}/tfjobs/{name}/progress"
 
 
 def started(kube: Kube, ns: str, name: str, n: int = 2) -> list[dict[str, Any]]:
@@ -124,14 +93,7 @@ def test_pods_report_and_the_status_shows_it(
         (1, 21),
     ]
     # kubectl's columns: the apiserver's Table for the CRD's printer columns
-    status, table = kube.api.request(
-        "GET",
-        f"{kube.tfjobs(namespace)}/mnist",
-        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-    )
-    assert status == 200, table
-    names = [c["name"] for c in table["columnDefinitions"]]
-    cells = dict(zip(names, table["rows"][0]["cells"], strict=True))
+    cells = kube.columns(namespace, "mnist")
     assert cells["Progress"] == 20
     # the kubeflow-training SDK 1.9.4, unchanged, reads the job as before; the new
     # fields are in the object as the API returns it

@@ -18,8 +18,16 @@ from reconcile.api.names import (
 from reconcile.api.names import (
     STALL_ACTION_ANNOTATION as ACTION,
 )
+from reconcile.api.names import STRAGGLER_ACTION_ANNOTATION as SACTION
+from reconcile.api.names import STRAGGLER_THRESHOLD_ANNOTATION as THRESHOLD
 from reconcile.api.spec import SpecCache
-from reconcile.api.watch import NO_WATCH, StallAction, TrainingWatch, read_watch
+from reconcile.api.watch import (
+    NO_WATCH,
+    StallAction,
+    StragglerAction,
+    TrainingWatch,
+    read_watch,
+)
 from tests.builders import make_tfjob
 
 
@@ -37,6 +45,11 @@ from tests.builders import make_tfjob
         ({ACTION: "fail"}, TrainingWatch(stall_action=StallAction.FAIL)),
         ({GUARD: "0"}, TrainingWatch(restart_guard=0)),
         ({GUARD: "7"}, TrainingWatch(restart_guard=7)),
+        ({THRESHOLD: "0.5"}, TrainingWatch(straggler_threshold=0.5)),
+        ({THRESHOLD: ".9"}, TrainingWatch(straggler_threshold=0.9)),
+        ({THRESHOLD: "0"}, TrainingWatch(straggler_threshold=0.0)),
+        ({THRESHOLD: "1"}, TrainingWatch(straggler_threshold=1.0)),
+        ({SACTION: "move"}, TrainingWatch(straggler_action=StragglerAction.MOVE)),
     ],
 )
 def test_settings(annotations: dict[str, str] | None, expected: TrainingWatch) -> None:
@@ -55,6 +68,12 @@ def test_settings(annotations: dict[str, str] | None, expected: TrainingWatch) -
         (GUARD, "١٢", "must be a whole number from 0 to 1000, not '١٢'"),
         (ACTION, "reboot", "must be one of report, restart, fail, not 'reboot'"),
         (ACTION, 3, "must be one of report, restart, fail, not 3"),
+        (THRESHOLD, "", "must be a decimal number from 0 to 1, not ''"),
+        (THRESHOLD, "1.5", "must be a decimal number from 0 to 1, not '1.5'"),
+        (THRESHOLD, "1e-1", "must be a decimal number from 0 to 1, not '1e-1'"),
+        (THRESHOLD, "nan", "must be a decimal number from 0 to 1, not 'nan'"),
+        (THRESHOLD, "-0.5", "must be a decimal number from 0 to 1, not '-0.5'"),
+        (SACTION, "evict", "must be one of report, move, not 'evict'"),
     ],
 )
 def test_bad_values_are_named(key: str, value: object, message: str) -> None:

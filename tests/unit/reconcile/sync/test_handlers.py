@@ -190,3 +190,17 @@ def test_a_child_nobody_awaited_always_enqueues_its_job() -> None:
     assert pods.on_add
     pods.on_add(make_pod(JOB, "Worker", 0).pending().obj())  # adopted, or seen on a relist
     assert queue.later == [(KEY, PROGRESS_BATCH_SECONDS)]
+
+
+def test_stalls_and_their_failures_are_counted() -> None:
+    metrics = JobMetrics(Registry())
+    for reason in (
+        "ProgressDeadlineExceeded",
+        "FirstProgressDeadlineExceeded",
+        "TFJobStalled",
+        "TFJobRestartsWithoutProgress",
+        "ProgressResumed",  # not a stall
+    ):
+        metrics.transition(JOB, reason)
+    assert metrics.stalled.labels("ns", "tensorflow").value == 2
+    assert metrics.failed.labels("ns", "tensorflow").value == 2

@@ -282,41 +282,63 @@ async def test_progress_only_status_is_paced() -> None:
         tg.cancel_scope.cancel()
 
 
-async def test_training_progress_alone_is_paced_per_job_and_gated_across_jobs() -> None:
-    job = make_tfjob("t").worker(2).obj()
-    w = ReconcilerWorld(job)
-    # what tfjob_controller.reporting gives the reconciler, on the world's clock
-    training = Pacer[str](w.clock, 5.0)
-    gate = SlotGate[str](w.clock, rate=0.5)
-    intake = ProgressIntake(
-        jobs=w.jobs, pods=w.pods, queue=w.queue, pacer=training, now=w.clock.now
-    )
-    memory = w.reconciler.memory
-    memory.training_pacer, memory.training_gate, memory.progress = training, gate, intake
-    ctrl = Controller("tfjob", w.reconciler, clock=w.clock, queue=w.queue, background=w.background)
-    pods = [make_pod(job, "Worker", i).uid(f"uid-t-worker-{i}").running().obj() for i in range(2)]
+class Reporting:
+    """A reconciler with the training-progress intake, pacer and gate that
+    tfjob_controller.reporting gives it, on the world's clock, and the job's running
+    worker pods reporting to it."""
 
-    def report(i: int, step: int) -> None:
+    def __init__(self, workers: int) -> None:
+        self.job = make_tfjob("t").worker(workers).obj()
+        self.w = w = ReconcilerWorld(self.job)
+        self.training = Pacer[str](w.clock, 5.0)
+        self.gate = SlotGate[str](w.clock, rate=0.5)
+        self.intake = ProgressIntake(
+            jobs=w.jobs, pods=w.pods, queue=w.queue, pacer=self.training, now=w.clock.now
+        )
+        memory = w.reconciler.memory
+        memory.training_pacer, memory.training_gate = self.training, self.gate
+        memory.progress = self.intake
+        self.ctrl = Controller(
+            "tfjob", w.reconciler, clock=w.clock, queue=w.queue, background=w.background
+        )
+        self.pods = [
+            make_pod(self.job, "Worker", i).uid(f"uid-t-worker-{i}").running().obj()
+            for i in range(workers)
+        ]
+
+    def report(self, i: int, step: int, body: bytes | None = None) -> None:
+        meta = self.pods[i]["metadata"]
         caller = Caller(
             "system:serviceaccount:ns:default",
             extra={
-                "authentication.kubernetes.io/pod-name": (pods[i]["metadata"]["name"],),
-                "authentication.kubernetes.io/pod-uid": (pods[i]["metadata"]["uid"],),
+                "authentication.kubernetes.io/pod-name": (meta["name"],),
+                "authentication.kubernetes.io/pod-uid": (meta["uid"],),
             },
         )
-        reply = intake.accept(progress_path("ns", "t"), caller, b'{"step": %d}' % step)
+        doc = body if body is not None else b'{"step": %d}' % step
+        reply = self.intake.accept(progress_path("ns", "t"), caller, doc)
         assert reply.status == 204, reply
+
+    async def running(self) -> None:
+        """Created, its pods running, Running stored."""
+        w = self.w
+        await self.ctrl.process(KEY)
+        await anyio.wait_all_tasks_blocked()
+        w.store_status()
+        for p in self.pods:
+            w.pods.upsert(p)
+        w.clock.advance(1)
+        await self.ctrl.process(KEY)
+        w.store_status()
+
+
+async def test_training_progress_alone_is_paced_per_job_and_gated_across_jobs() -> None:
+    r = Reporting(2)
+    w, ctrl, gate, report = r.w, r.ctrl, r.gate, r.report
 
     async with anyio.create_task_group() as tg:
         await tg.start(w.background.run)
-        await ctrl.process(KEY)
-        await anyio.wait_all_tasks_blocked()
-        w.store_status()
-        for p in pods:
-            w.pods.upsert(p)
-        w.clock.advance(1)
-        await ctrl.process(KEY)  # Running
-        w.store_status()
+        await r.running()
         w.clock.advance(10)
         writes = len(w.writer.statuses)
         report(0, 10)
@@ -628,3 +650,46 @@ async def test_an_unchanged_job_keeps_its_queued_creates() -> None:
     w, seen = await _second_pass_with_creates_queued(lambda w: w.store_status())
     assert "creates_dropped" not in seen
     assert len(w.writer.created) == 6
+
+
+async def test_a_stragglers_event_goes_out_once_with_the_write_that_flags_it() -> None:
+    r = Reporting(3)
+    w = r.w
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        await r.running()
+        w.clock.advance(10)
+
+        def steps(n: int) -> None:  # worker 2 takes three times as long per step
+            for i in range(3):
+                t = 0.3 if i == 2 else 0.1
+                r.report(i, n, b'{"step": %d, "sections": {"compute": %.1f}}' % (n, t))
+
+        for n in range(2):
+            steps(n)
+            await r.ctrl.process(KEY)
+            w.store_status()
+            w.clock.advance(5 if n == 0 else 1)
+        assert "StragglerDetected" not in w.events.reasons  # three reports first
+        steps(2)  # the third: flagged, in a write the job's pace holds back a while
+        await r.ctrl.process(KEY)
+        w.clock.advance(1)
+        steps(3)
+        await r.ctrl.process(KEY)
+        assert w.writer.statuses[-1]["trainingProgress"]["step"] == 1
+        assert "StragglerDetected" not in w.events.reasons  # not written, not announced
+        w.clock.advance(5)
+        await r.ctrl.process(KEY)
+        w.store_status()
+        assert w.events.reasons.count("StragglerDetected") == 1
+        flagged = w.writer.statuses[-1]["trainingProgress"]["stragglers"]
+        assert [(s["index"], s["score"], s["basis"]) for s in flagged] == [
+            (2, 0.33, "section:compute")
+        ]
+        # more of the same: the episode goes on, no event again
+        steps(4)
+        w.clock.advance(5)
+        await r.ctrl.process(KEY)
+        assert len(w.writer.statuses[-1]["trainingProgress"]["stragglers"]) == 1
+        assert w.events.reasons.count("StragglerDetected") == 1
+        tg.cancel_scope.cancel()

@@ -1,0 +1,200 @@
+"""Stalls and the restart guard against the real apiserver and the controller process
+(docs/stalls.md). kwok runs the pods; their reports go to the controller's endpoint
+with tokens the apiserver bound to them, as in test_progress.py. The session
+controller writes progress at most once a second (--progress-status-interval=1)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+from kubeflow.training import TrainingClient
+
+from tests.cluster.kube import (
+    ControllerProcess,
+    Kube,
+    PodHistory,
+    condition,
+    wait_for,
+    wait_job,
+    wait_running,
+)
+from tests.cluster.progress_endpoint import Reporter, audience, mint, report_path
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.local_only
+
+DEADLINE = "training.kubeflow.org/progress-deadline-seconds"
+FIRST = "training.kubeflow.org/first-progress-deadline-seconds"
+ACTION = "training.kubeflow.org/stall-action"
+GUARD = "training.kubeflow.org/restart-guard"
+GANG = "training.kubeflow.org/gang-restart"
+
+
+def job(name: str, annotations: dict[str, str], **run_policy: Any) -> dict[str, Any]:
+    tpl = {"spec": {"containers": [{"name": "tensorflow", "image": "tf:test"}]}}
+    worker = {"replicas": 2, "restartPolicy": "ExitCode", "template": tpl}
+    spec: dict[str, Any] = {"tfReplicaSpecs": {"Worker": worker}}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+class Replicas:
+    """The job's pods reporting, each with a token bound to its current pod."""
+
+    def __init__(self, kube: Kube, controller: ControllerProcess, ns: str, name: str) -> None:
+        self.kube, self.ns, self.name = kube, ns, name
+        self.conn = Reporter(controller)
+        self.tokens: dict[str, tuple[str, str]] = {}  # pod name: (uid, token)
+
+    def report(self, index: int, step: int) -> None:
+        pod_name = f"{self.name}-worker-{index}"
+        pod = self.kube.pod(self.ns, pod_name)
+        assert pod is not None, pod_name
+        uid = pod["metadata"]["uid"]
+        held = self.tokens.get(pod_name)
+        if held is None or held[0] != uid:
+            held = (uid, mint(self.kube, self.ns, pod, audience(self.ns, self.name)))
+            self.tokens[pod_name] = held
+        body = orjson.dumps({"step": step})
+        status, _, doc = self.conn.post(report_path(self.ns, self.name), held[1], body)
+        assert status == 204, doc
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def stalled(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
+    return condition(kube.tfjob(ns, name), "Stalled")
+
+
+def event(kube: Kube, ns: str, reason: str) -> dict[str, Any]:
+    return wait_for(
+        lambda: next((e for e in kube.events(ns) if e["reason"] == reason), None),
+        20,
+        f"the {reason} event",
+    )
+
+
+def test_a_stall_is_reported_within_the_deadline_and_clears_when_steps_advance(
+    controller: ControllerProcess, cluster: Cluster, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    kube.create_tfjob(ns, job("st", {DEADLINE: "4", FIRST: "60"}))
+    wait_running(kube, ns, "st", 2)
+    pods = Replicas(kube, controller, ns, "st")
+    try:
+        for step in (1, 2, 3):
+            pods.report(0, step)
+            pods.report(1, step)
+        last = time.monotonic()
+        # the same step again is no progress: the deadline still counts from `last`
+        pods.report(0, 3)
+        found = wait_for(
+            lambda: (c := stalled(kube, ns, "st")) and c["status"] == "True" and c, 20, "Stalled"
+        )
+        took = time.monotonic() - last
+        # the deadline (4 s) and one status interval (1 s), and a little for the machine
+        assert 4 <= took <= 4 + 1 + 2, took
+        assert found["reason"] == "ProgressDeadlineExceeded"
+        assert "progress deadline 4s" in found["message"]
+        assert "worker-0 at step 3 since" in found["message"]
+        assert "worker-1 at step 3 since" in found["message"]
+        warned = event(kube, ns, "ProgressDeadlineExceeded")
+        assert warned["type"] == "Warning" and warned["involvedObject"]["name"] == "st"
+        stored = kube.tfjob(ns, "st") or {}
+        assert stored["status"]["trainingProgress"]["furthestStep"] == 3
+        assert stored["status"]["trainingProgress"]["lastProgressTime"]
+        # Stalled is kept first: kubectl's State column and the SDK still say Running
+        cells = kube.columns(ns, "st")
+        assert cells["State"] == "Running"
+        tc = TrainingClient(config_file=cluster.kubeconfig, namespace=ns, job_kind="TFJob")
+        assert tc.is_job_running("st")
+        # one step on: resumed
+        pods.report(1, 4)
+        wait_for(
+            lambda: (c := stalled(kube, ns, "st")) and c["reason"] == "ProgressResumed", 10,
+            "Stalled False, ProgressResumed",
+        )  # fmt: skip
+        assert event(kube, ns, "ProgressResumed")["type"] == "Normal"
+    finally:
+        pods.close()
+
+
+def test_the_restart_action_restarts_the_gang_and_counts_against_backoff_limit(
+    controller: ControllerProcess, cluster: Cluster, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    annotations = {DEADLINE: "3", FIRST: "5", ACTION: "restart"}
+    kube.create_tfjob(ns, job("sr", annotations, backoffLimit=1))
+    pods = Replicas(kube, controller, ns, "sr")
+    with PodHistory(cluster, ns) as history:
+        old = {p["metadata"]["uid"] for p in wait_running(kube, ns, "sr", 2)}
+        try:
+            pods.report(0, 7)
+            pods.report(1, 7)
+        finally:
+            pods.close()
+        # 3 s on: one whole-gang restart, counted
+        restarted = wait_for(
+            lambda: (j := kube.tfjob(ns, "sr")) and j["status"].get("gangEpoch") == 1 and j,
+            20,
+            "the stall's gang restart",
+        )
+        assert restarted["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+        c = condition(restarted, "Stalled") or {}
+        assert (c.get("status"), c.get("reason")) == ("False", "GangRestarted")
+        assert "made no progress for" in (condition(restarted, "Restarting") or {})["message"]
+        new = wait_running(kube, ns, "sr", 2, timeout=30)
+        assert not old & {p["metadata"]["uid"] for p in new}
+        assert all(p["metadata"]["labels"]["training.kubeflow.org/gang-epoch"] == "1" for p in new)
+        # the new run never reports: 5 s after it is Running the first-progress deadline
+        # runs out, and a second restart would pass backoffLimit 1: the job fails by it
+        failed = wait_job(kube, ns, "sr", "Failed", timeout=30)
+        why = condition(failed, "Failed") or {}
+        assert why["reason"] == "TFJobFailed" and "backoff" in why["message"].lower(), why
+        assert failed["status"]["gangEpoch"] == 1
+        assert (condition(failed, "Stalled") or {})["reason"] == "FirstProgressDeadlineExceeded"
+        assert history.violations == []
+    assert event(kube, ns, "ProgressDeadlineExceeded")["type"] == "Warning"
+
+
+def test_restarts_without_progress_fail_by_the_guard_before_backoff_limit(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    kube.create_tfjob(ns, job("rg", {GANG: "true", GUARD: "2"}, backoffLimit=10))
+    pods = Replicas(kube, controller, ns, "rg")
+    try:
+        wait_running(kube, ns, "rg", 2)
+        pods.report(0, 50)
+        wait_for(
+            lambda: ((kube.tfjob(ns, "rg") or {}).get("status", {}).get("trainingProgress") or {})
+            .get("furthestStep") == 50, 10, "furthestStep 50",
+        )  # fmt: skip
+        for epoch, resumed in ((1, 40), (2, 45)):
+            kube.exit_pod(ns, "rg-worker-1", 137)  # retryable: a whole-gang restart
+            wait_for(
+                lambda e=epoch: (kube.tfjob(ns, "rg") or {})["status"].get("gangEpoch") == e,  # type: ignore[misc]
+                30,
+                f"gang epoch {epoch}",
+            )
+            wait_running(kube, ns, "rg", 2, timeout=30)
+            pods.report(0, resumed)  # resumed below 50, then crashes again
+        kube.exit_pod(ns, "rg-worker-1", 137)
+        failed = wait_job(kube, ns, "rg", "Failed", timeout=30)
+    finally:
+        pods.close()
+    why = condition(failed, "Failed") or {}
+    assert why["reason"] == "TFJobRestartsWithoutProgress", why
+    assert "restarted 2 times in a row and no replica's step got past 50" in why["message"]
+    assert failed["status"]["replicaStatuses"]["Worker"]["restarts"] == 3  # of 10 allowed
+    assert failed["status"]["restartGuard"] == {"sinceStep": 50}
