@@ -127,6 +127,14 @@ class IndexRetry(_Model):
     #: When the last accounted end (a failure or a disruption) began: a peer's failure
     #: soon after it is named in an event (reconcile.policy.collateral).
     last_end_time: Time | None = None
+    #: A straggler being moved (reconcile.progress.moves): the pod the controller
+    #: deletes to replace it elsewhere; its end is the controller's doing, never a
+    #: failure or a disruption.
+    moving_pod_uid: str | None = Field(default=None, alias="movingPodUID")
+    #: Nodes this index's pods keep away from: where it straggled (at most 8, the last).
+    avoid_nodes: list[str] = Field(default_factory=list)
+    #: When it was last moved: once per replica per window.
+    moved_at: Time | None = None
 
 
 class ReplicaStatus(_Model):
@@ -141,6 +149,9 @@ class ReplicaStatus(_Model):
     #: Pods replaced because something outside the job ended them (eviction, preemption,
     #: deletion); not counted against backoffLimit.
     disruptions: Count = 0
+    #: Stragglers moved to another node (reconcile.progress.moves); not counted against
+    #: backoffLimit either.
+    moves: Count = 0
     #: Indexes whose pod succeeded, e.g. "0-2,5"; they are never run again.
     succeeded_indexes: Indexes = ""
     #: Indexes that failed for good (restartPolicy Never, or a permanent ExitCode).

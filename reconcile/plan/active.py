@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 from reconcile.api.labels import replica_name
 from reconcile.api.models import TFJob
 from reconcile.api.names import CHIEF_TYPES, RESTART_GUARD_ANNOTATION, ReplicaType
-from reconcile.api.status_types import JobStatus, ReplicaStatus
-from reconcile.api.watch import StallAction, TrainingWatch
+from reconcile.api.status_types import JobStatus, ReplicaStatus, Straggler
+from reconcile.api.watch import StallAction, StragglerAction, TrainingWatch
 from reconcile.objects.observed import ObservedPod, group_pods
+from reconcile.objects.pods import PodPhase
 from reconcile.plan.model import Plan, PlanConfig, Snapshot, status_plan, with_children
 from reconcile.plan.podgroup import GangStep, gang_step, podgroup_delete
 from reconcile.policy import collateral, gang_restart
@@ -34,8 +35,10 @@ from reconcile.policy.status import ActiveClock, active_clock, calculate_status
 from reconcile.policy.tracking import active_releases, retired, settled_releases
 from reconcile.policy.verdict import Verdict, decide
 from reconcile.progress.guard import GuardCheck, check_guard, furthest_step
+from reconcile.progress.moves import avoided_nodes, keep_away, move_events, moves_due, with_moves
 from reconcile.progress.records import ReplicaRecord
 from reconcile.progress.stall import Stall, check_stall, stalled_conditions
+from reconcile.progress.stragglers import find_stragglers
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,13 @@ def active_plan(
     stall_restart = _stall_restarts(p, stall, restart_type)
     if stall_restart:
         outcomes = gang_restart.counted_restart(outcomes)
+    moves = [] if status_only or restart_type or stall_restart else _moves(p)
+    if moves:
+        outcomes = with_moves(outcomes, moves, now, whole_gang=p.whole_gang)
     guard = _guard(p, outcomes)
     verdict, deadline_in = _verdict(p, outcomes, stall, guard)
-    restarting = (restart_type is not None or stall_restart) and verdict is None
+    move_restart = bool(moves) and p.whole_gang
+    restarting = (restart_type is not None or stall_restart or move_restart) and verdict is None
     conds = stalled_conditions(
         p.clock.conditions, stall, tfjob.name, now, restarted=stall_restart and restarting
     )
@@ -100,18 +107,24 @@ def active_plan(
         # Account, then act: the next epoch is stored before any pod is deleted.
         if restart_type is not None:
             message = cond.msg_gang_restart(tfjob.name, restart_type)
-        else:
+        elif stall_restart:
             message = cond.msg_stall_restart(tfjob.name, stall.summary if stall else "")
+        else:
+            message = cond.msg_move_restart(tfjob.name)
         plan = status_plan(p.old, _restarting(p, new, message))
         if stall_restart and stall is not None:
             # Stalled never turns True for it: the event says what the restart is for
             stalled = cond.EventIntent(cond.WARNING, stall.reason, stall.message)
             plan = replace(plan, events=[stalled, *plan.events])
-        return replace(plan, ends=ends)
+        moved = move_events(tfjob.name, moves, whole_gang=True)
+        return replace(plan, ends=ends, events=[*moved, *plan.events])
     gang = gang_step(p.snap, tfjob, config) if verdict is None else None
     new = _admission(p, new, gang)
     failed_event_type = verdict.event_type if verdict is not None else cond.NORMAL
     plan = replace(status_plan(p.old, new, failed_event_type=failed_event_type), ends=ends)
+    if moves and verdict is None:
+        moved = move_events(tfjob.name, moves, whole_gang=False)
+        plan = replace(plan, events=[*plan.events, *moved])
     if verdict is not None and not verdict.succeeded and not p.whole_gang:
         plan = _failed_after_peer(p, plan, outcomes)
     if status_only:
@@ -243,6 +256,21 @@ def _stall_restarts(p: _Pass, stall: Stall | None, restart_type: str | None) -> 
     )
 
 
+def _moves(p: _Pass) -> list[Straggler]:
+    """The stragglers to move off their nodes in this pass (reconcile.progress.moves)."""
+    watch = p.watch
+    if watch.straggler_action is not StragglerAction.MOVE or watch.straggler_threshold <= 0:
+        return []
+    if p.stale:
+        return []  # an earlier epoch's pods still going: the gang is restarting
+    stored = p.old.training_progress.stragglers if p.old.training_progress else []
+    flagged = find_stragglers(p.live, stored, watch.straggler_threshold, p.snap.now)
+    movable = {
+        pod.uid for pod in p.snap.pods if pod.phase == PodPhase.RUNNING and not pod.terminating
+    }
+    return moves_due(flagged, p.old.replica_statuses, movable, p.now)
+
+
 def _guard(p: _Pass, outcomes: Mapping[str, ReplicaAccount]) -> GuardCheck:
     before = sum(rs.restarts for rs in p.old.replica_statuses.values())
     now = sum(o.status.restarts for o in outcomes.values())
@@ -327,6 +355,8 @@ def _running(
     )
     if p.whole_gang:
         pods = [gang_restart.labelled(pod, p.old.gang_epoch) for pod in pods]
+    statuses = {rt: o.status for rt, o in outcomes.items()}
+    pods = keep_away(pods, avoided_nodes(statuses))  # moved stragglers' indexes
     doomed = unique(
         [pod for o in outcomes.values() for pod in o.delete] + foreign_pods(tfjob, p.snap.pods)
     )

@@ -312,6 +312,14 @@ REASON_NO_PROGRESS = "TFJobRestartsWithoutProgress"
 #: a replica flagged as slower than its peers, and cleared (reconcile.progress.stragglers)
 REASON_STRAGGLER = "StragglerDetected"
 REASON_STRAGGLER_RECOVERED = "StragglerRecovered"
+REASON_STRAGGLER_MOVED = "StragglerMoved"
+
+
+def msg_move_restart(name: str) -> str:
+    return (
+        f"TFJob {name} is restarting its whole gang to move a straggler to another node"
+        " (straggler action move): every pod is deleted and all are created again together."
+    )
 
 
 def msg_stall_restart(name: str, stalled: str) -> str:

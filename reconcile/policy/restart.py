@@ -17,6 +17,8 @@ pods and the durable per-index record in status (``ReplicaStatus``):
   ever having been seen ending (force-deleted, or deleted while the controller was down);
   a pod the controller deleted itself (a suspend; an index that left the spec, marked
   ``RETIRED_ANNOTATION``) ends as no disruption when its index is back before it is gone;
+  a straggler being moved (``indexRetries[i].movingPodUID``, reconcile.progress.moves)
+  is deleted and replaced with no end counted at all, and no backoff;
 - container restarts done by kubelet in place are folded into ``restarts`` by increase
   over the last observed count of the same pod UID, so no reconcile counts one twice;
 - account, then delete: a pod whose end is newly accounted is *not* deleted in the same
@@ -136,8 +138,9 @@ def account_replica(
         for pod in pods_by_index.get(index, ()):
             occupied = True
             uid = pod.uid
-            if uid and uid == rec.last_pod_uid:
-                # Ended and accounted on an earlier pass; make sure it is on its way out.
+            if uid and uid in (rec.last_pod_uid, rec.moving_pod_uid):
+                # Ended and accounted on an earlier pass, or moved (the move stored):
+                # make sure it is on its way out.
                 if not pod.terminating:
                     delete.append(pod)
                 continue
@@ -197,7 +200,11 @@ def account_replica(
                 rec = rec.model_copy(update={"last_pod_uid": None})
             else:
                 restarting = True
-        vanished = not occupied and index in was_active
+        if not occupied and rec.moving_pod_uid is not None:
+            rec = rec.model_copy(update={"moving_pod_uid": None})  # moved: it is gone
+            vanished = False
+        else:
+            vanished = not occupied and index in was_active
         if vanished:
             # Running at the last write, gone now, and its end never seen: it was removed
             # from under us. A disruption; like every end, recorded before anything else is

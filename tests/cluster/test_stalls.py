@@ -256,3 +256,47 @@ def test_a_slow_replica_is_flagged_with_its_node_once_and_cleared_with_its_pod(
     finally:
         pods.close()
     assert [e["reason"] for e in kube.events(ns)].count("StragglerDetected") == 1
+
+
+def test_a_moved_straggler_comes_back_on_another_node_uncounted(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    body = job("mv", {"training.kubeflow.org/straggler-action": "move"})
+    body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 3
+    kube.create_tfjob(ns, body)
+    pods = Replicas(kube, controller, ns, "mv")
+    try:
+        running = {p["metadata"]["name"]: p for p in wait_running(kube, ns, "mv", 3)}
+        slow = running["mv-worker-2"]
+        for step in range(1, 5):
+            for i in range(3):
+                pods.report(i, step, sections={"compute": 0.3 if i == 2 else 0.1})
+    finally:
+        pods.close()
+    moved = wait_for(
+        lambda: (
+            (p := kube.pod(ns, "mv-worker-2"))
+            and p["metadata"]["uid"] != slow["metadata"]["uid"]
+            and p["spec"].get("nodeName")
+            and p
+        ),
+        30,
+        "worker 2's new pod scheduled",
+    )
+    node = slow["spec"]["nodeName"]
+    assert moved["spec"]["nodeName"] != node
+    terms = moved["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [node]}]}
+    ]
+    # the other workers' pods are as they were, and nothing is counted but the move
+    assert {p["metadata"]["uid"] for p in kube.pods(ns, "mv")} >= {
+        running[f"mv-worker-{i}"]["metadata"]["uid"] for i in (0, 1)
+    }
+    rs = (kube.tfjob(ns, "mv") or {})["status"]["replicaStatuses"]["Worker"]
+    assert (rs.get("moves"), rs.get("restarts", 0), rs.get("disruptions", 0)) == (1, 0, 0)
+    assert rs["indexRetries"]["2"]["avoidNodes"] == [node]
+    assert node in event(kube, ns, "StragglerMoved")["message"]

@@ -8,6 +8,7 @@ a freeze shorter than the deadline sets nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -36,8 +37,9 @@ from tests.conftest import Cluster
 pytestmark = [pytest.mark.local_only, pytest.mark.tf]
 
 STEPS = 30
-#: well inside what MWMS's own health checks allow a silent peer (30 s between checks,
-#: 10 s each, 3 tries) before they abort its collectives
+#: the program's peer health checks are off (mwms_fit.py --no-health-check): they would
+#: abort the collectives of a frozen peer 10-30 s in, and a hang they miss (a stuck
+#: input pipeline, a process that still answers) is what the deadline is for
 DEADLINE = 15
 #: the helper's reporting interval: how stale the last progress the controller saw may be
 REPORT_INTERVAL = 5
@@ -48,6 +50,7 @@ def stall_job(name: str, backup: Path, action: str, epochs: int) -> dict[str, An
         "mwms_fit.py",
         *("--epochs", str(epochs), "--steps-per-epoch", str(STEPS), "--log-every", "5"),
         *("--backup-dir", "/backup", "--save-freq", "10"),
+        "--no-health-check",
     )
     job = tf_job(name, {"Worker": (2, "ExitCode", with_backup(fit, backup / name))})
     job["metadata"]["annotations"] = {
@@ -124,7 +127,8 @@ def test_report_only_sets_the_condition_and_a_short_freeze_sets_nothing(
 ) -> None:
     ns, name = namespace, "paused"
     programs_configmap(kube, ns)
-    kube.create_tfjob(ns, stall_job(name, host_dir, "report", epochs=12))
+    # far longer than the test: it ends once training has resumed after the freezes
+    kube.create_tfjob(ns, stall_job(name, host_dir, "report", epochs=1000))
     pod = f"{name}-worker-1"
     # a freeze shorter than the deadline: SIGCONT in time, and nothing is set
     pid, frozen = freeze_in(cluster, ns, pod, epoch=2)
@@ -137,7 +141,7 @@ def test_report_only_sets_the_condition_and_a_short_freeze_sets_nothing(
     assert stalled(kube, ns, name) is None
     # frozen past the deadline: Stalled, and the job still Running with its pods
     uids = {p["metadata"]["uid"] for p in kube.pods(ns, name)}
-    pid, frozen = freeze_in(cluster, ns, pod, epoch=5)
+    pid, frozen = freeze_in(cluster, ns, pod, epoch=0)
     try:
         c = wait_for(
             lambda: (c := stalled(kube, ns, name)) and c["status"] == "True" and c,
@@ -150,11 +154,13 @@ def test_report_only_sets_the_condition_and_a_short_freeze_sets_nothing(
         assert job["status"]["conditions"][-1]["type"] == "Running"
         assert {p["metadata"]["uid"] for p in kube.pods(ns, name)} == uids
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # the failure above says why
+            os.kill(pid, signal.SIGCONT)
     wait_for(
         lambda: (c := stalled(kube, ns, name)) and c["reason"] == "ProgressResumed",
         60,
         "progress resumed",
     )
-    done = wait_finished(kube, ns, name, "Succeeded", timeout=360)
-    assert rs(done, "Worker").get("restarts", 0) == 0
+    job = kube.tfjob(ns, name) or {}
+    assert job["status"]["conditions"][-1]["type"] == "Running"
+    assert rs(job, "Worker").get("restarts", 0) == 0

@@ -17,14 +17,27 @@ import tensorflow as tf
 import tf_keras
 import tfjob_progress
 
-# The strategy first: it starts this process's gRPC server and must exist before any
-# other TensorFlow op runs.
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-
 p = common.flags(__doc__)
 p.add_argument("--backup-dir", default=os.environ.get("TFJOB_BACKUP_DIR"))
 p.add_argument("--save-freq", default="epoch", help='"epoch" or a number of steps')
+p.add_argument(
+    "--no-health-check",
+    action="store_true",
+    help="turn off MWMS's peer health checks, which abort the collectives 10-30 s after"
+    " a peer stops answering: a test freezing a peer (SIGSTOP) then sees what a hang they"
+    " miss looks like (a stuck input pipeline, whose process still answers)",
+)
 args = p.parse_args()
+
+if args.no_health_check:
+    # a class attribute, read when the strategy starts its checking thread
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+    cars.CollectiveAllReduceExtended._enable_check_health = False
+
+# The strategy first: it starts this process's gRPC server and must exist before any
+# other TensorFlow op runs.
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
 tf_keras.utils.set_random_seed(common.SEED)
 replicas = strategy.num_replicas_in_sync

@@ -13,6 +13,7 @@ from reconcile.api.names import (
     PROGRESS_DEADLINE_ANNOTATION,
     RESTART_GUARD_ANNOTATION,
     STALL_ACTION_ANNOTATION,
+    STRAGGLER_ACTION_ANNOTATION,
 )
 from reconcile.api.status_types import format_time
 from reconcile.plan import Plan
@@ -376,3 +377,90 @@ def test_a_bad_value_fails_the_job_naming_the_annotation() -> None:
         "progress-deadline-seconds]: must be a whole number from 1 to 2592000"
         in (cond(w.status, "Failed")["message"])
     )
+
+
+# --- moving a straggler ---------------------------------------------------------------
+
+
+def slow_third(w: Reporting, start: float, rounds: int = 4) -> None:
+    """Workers 0 and 1 step 50 every 5 s, worker 2 only 10: it runs at a fifth."""
+    for n in range(rounds):
+        w.now = start + 5 * n
+        for i, per in ((0, 50), (1, 50), (2, 10)):
+            w.report(f"m-worker-{i}", (n + 1) * per)
+        w.reconcile()
+
+
+def three(**annotations: str) -> dict[str, Any]:
+    job = make_tfjob("m").worker(3, restart_policy="ExitCode").obj()
+    job["metadata"]["annotations"] = annotations
+    return job
+
+
+def avoidance(pod: dict[str, Any]) -> list[Any]:
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    return [e for t in terms["nodeSelectorTerms"] for e in t["matchFields"]]
+
+
+def test_a_flagged_straggler_is_moved_once_not_counted_and_kept_off_its_node() -> None:
+    w = running(three(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
+    slow_third(w, 20)
+    rs = w.status["replicaStatuses"]["Worker"]
+    assert rs["moves"] == 1 and rs["indexRetries"]["2"]["avoidNodes"] == ["node-a"]
+    moving = rs["indexRetries"]["2"]["movingPodUID"]
+    assert moving == w.pods["m-worker-2"]["metadata"]["uid"]
+    reasons = [e.reason for e in w.events]
+    assert reasons.count("StragglerMoved") == 1 and reasons.count("StragglerDetected") == 1
+    # the move stored (the pass after it): the pod goes; its end counts for nothing
+    going = [n for n, x in w.pods.items() if x["metadata"].get("deletionTimestamp")]
+    assert going == ["m-worker-2"]
+    w.set_phase("m-worker-2", "Failed", 143)
+    at_(w, 42)
+    w.gone()
+    p = at_(w, 43)
+    (new,) = p.create_pods
+    assert new["metadata"]["name"] == "m-worker-2"
+    assert avoidance(new) == [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]
+    rs = w.status["replicaStatuses"]["Worker"]
+    assert rs.get("restarts", 0) == 0 and rs.get("disruptions", 0) == 0 and rs["moves"] == 1
+    assert "movingPodUID" not in rs["indexRetries"]["2"]
+    # its replacement is slow too, within the window: flagged, not moved again
+    w.run_all()
+    at_(w, 44)
+    slow_third(w, 60)
+    assert w.status["replicaStatuses"]["Worker"]["moves"] == 1
+    assert [x for x in w.status["trainingProgress"]["stragglers"] if x["index"] == 2]
+    # after the window: moved again, the node not listed twice
+    slow_third(w, 700)
+    rs = w.status["replicaStatuses"]["Worker"]
+    assert rs["moves"] == 2 and rs["indexRetries"]["2"]["avoidNodes"] == ["node-a"]
+
+
+def test_under_whole_gang_restart_a_move_restarts_the_gang_uncounted() -> None:
+    w = running(
+        three(**{STRAGGLER_ACTION_ANNOTATION: "move", "training.kubeflow.org/gang-restart": "true"})
+    )
+    slow_third(w, 20)
+    assert w.status["gangEpoch"] == 1
+    rs = w.status["replicaStatuses"]["Worker"]
+    assert rs["moves"] == 1 and rs.get("restarts", 0) == 0
+    assert "movingPodUID" not in rs["indexRetries"]["2"]
+    assert "straggler" in cond(w.status, "Restarting")["message"]
+    at_(w, 41)
+    assert all(x["metadata"].get("deletionTimestamp") for x in w.pods.values())
+    w.gone()
+    p = at_(w, 42)
+    made = {x["metadata"]["name"]: x for x in p.create_pods}
+    assert sorted(made) == ["m-worker-0", "m-worker-1", "m-worker-2"]
+    assert avoidance(made["m-worker-2"])[0]["values"] == ["node-a"]
+    assert "affinity" not in made["m-worker-0"]["spec"]
+
+
+def test_report_only_flags_and_never_moves() -> None:
+    w = running(three())
+    slow_third(w, 20)
+    assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [2]
+    assert w.status["replicaStatuses"]["Worker"].get("moves", 0) == 0
+    assert at_(w, 41).delete_pods == []

@@ -1,0 +1,158 @@
+"""Moving a straggler off its node (``straggler-action: move``; pure).
+
+When one node's bottleneck slows a synchronous job, the fix users ask for is to give that
+replica's work another node. A flagged replica (reconcile.progress.stragglers) is moved:
+
+1. the pass that decides records it in the index's retry state (``movingPodUID``, the
+   node added to ``avoidNodes``, ``movedAt``) and counts it in the type's ``moves``:
+   account, then act, as for every end;
+2. once that is stored, the pod is deleted (policy.restart deletes a ``movingPodUID``
+   pod and counts no end of it: neither a failure against backoffLimit nor a disruption);
+3. its replacement is created at once (no backoff) with a node-affinity term that keeps
+   it off every node in ``avoidNodes``: that pod only, not the template. On a cluster
+   with no other node it waits, Pending, which is the truth of it.
+
+Under whole-gang restart the move is a gang restart instead (every pod of a synchronous
+job goes together), again not counted against backoffLimit, and the moved index's new
+pod keeps away from the node as above. A replica is moved at most once per
+MOVE_WINDOW, so a job on uniformly slow nodes does not chase its tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from controller.types import JSON
+from reconcile.api.labels import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from reconcile.api.status_types import IndexRetry, ReplicaStatus, Straggler
+from reconcile.policy import conditions as cond
+from reconcile.policy.restart import ReplicaAccount
+
+MOVE_WINDOW = timedelta(minutes=10)
+MAX_AVOIDED = 8
+#: the node a pod is bound to, as node affinity's matchFields names it
+NODE_NAME_FIELD = "metadata.name"
+
+
+def moves_due(
+    flagged: Sequence[Straggler],
+    statuses: Mapping[str, ReplicaStatus],
+    movable: Collection[str],
+    now: datetime,
+) -> list[Straggler]:
+    """The flagged replicas to move now: on a known node, their pod still running
+    (``movable``: UIDs), not being moved already, and not moved within the window."""
+    out = []
+    for s in flagged:
+        if not s.node or s.pod_uid not in movable:
+            continue
+        rec = statuses.get(s.replica_type, ReplicaStatus()).index_retries.get(str(s.index))
+        if rec is not None and rec.moving_pod_uid:
+            continue
+        if rec is not None and rec.moved_at is not None and now - rec.moved_at < MOVE_WINDOW:
+            continue
+        out.append(s)
+    return out
+
+
+def with_moves(
+    outcomes: Mapping[str, ReplicaAccount],
+    moves: Sequence[Straggler],
+    now: datetime,
+    *,
+    whole_gang: bool,
+) -> dict[str, ReplicaAccount]:
+    """The outcomes with each move recorded; new ones, the given left as they were.
+    Under whole-gang restart no pod is marked: the restart takes every pod."""
+    out = dict(outcomes)
+    for s in moves:
+        o = out.get(s.replica_type)
+        if o is None:
+            continue
+        rs = o.status
+        rec = rs.index_retries.get(str(s.index), IndexRetry())
+        avoided = [n for n in rec.avoid_nodes if n != s.node][-(MAX_AVOIDED - 1) :]
+        rec = rec.model_copy(
+            update={
+                "moving_pod_uid": None if whole_gang else s.pod_uid,
+                "avoid_nodes": [*avoided, s.node],
+                "moved_at": now,
+            }
+        )
+        retries = {**rs.index_retries, str(s.index): rec}
+        rs = rs.model_copy(update={"moves": rs.moves + 1, "index_retries": retries})
+        out[s.replica_type] = replace(o, status=rs)
+    return out
+
+
+def avoided_nodes(statuses: Mapping[str, ReplicaStatus]) -> dict[tuple[str, int], list[str]]:
+    """(replica type in lower case, index): the nodes its pods keep away from."""
+    return {
+        (rt.lower(), int(i)): rec.avoid_nodes
+        for rt, rs in statuses.items()
+        for i, rec in rs.index_retries.items()
+        if rec.avoid_nodes and i.isdigit()
+    }
+
+
+def keep_away(pods: Sequence[JSON], avoided: Mapping[tuple[str, int], Sequence[str]]) -> list[JSON]:
+    """Each pod of an index with nodes to avoid, with a node-affinity term that keeps it
+    off them; new bodies, the given ones left as they were."""
+    if not avoided:
+        return list(pods)
+    out = []
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        index = str(labels.get(REPLICA_INDEX_LABEL, ""))
+        nodes = (
+            avoided.get((str(labels.get(REPLICA_TYPE_LABEL, "")), int(index)), ())
+            if (index.isdigit())
+            else ()
+        )
+        out.append(_away(pod, nodes) if nodes else pod)
+    return out
+
+
+def _away(pod: JSON, nodes: Sequence[str]) -> JSON:
+    """Required node affinity ANDs the expression into every term the template has (the
+    terms are ORed: a term without it would let the pod back onto the node)."""
+    spec: dict[str, Any] = dict(pod["spec"])
+    affinity: dict[str, Any] = dict(spec.get("affinity") or {})
+    node_affinity: dict[str, Any] = dict(affinity.get("nodeAffinity") or {})
+    required: dict[str, Any] = dict(
+        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    )
+    expression = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": list(nodes)}
+    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, dict)]
+    if not terms:
+        terms = [{}]
+    required["nodeSelectorTerms"] = [
+        {**t, "matchFields": [*(t.get("matchFields") or []), expression]} for t in terms
+    ]
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    spec["affinity"] = affinity
+    return {**pod, "spec": spec}
+
+
+def move_events(
+    name: str, moves: Sequence[Straggler], *, whole_gang: bool
+) -> list[cond.EventIntent]:
+    how = (
+        "the whole gang restarts (not counted against backoffLimit)"
+        if whole_gang
+        else "its pod is replaced (not counted against backoffLimit)"
+    )
+    return [
+        cond.EventIntent(
+            cond.WARNING,
+            cond.REASON_STRAGGLER_MOVED,
+            f"TFJob {name}: moving {s.replica_type.lower()}-{s.index} (pod {s.pod}) off node"
+            f" {s.node}, where it ran at {s.score:.2f} of its peers' speed: {how}, and its"
+            f" new pod keeps away from {s.node}.",
+        )
+        for s in moves
+    ]

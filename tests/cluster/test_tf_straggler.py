@@ -1,0 +1,149 @@
+"""A straggler with real TensorFlow on the real node (`make e2e-tf`, docs/stalls.md):
+asynchronous parameter-server training (tests/tf/programs/ps_async.py), where every
+worker steps at its own rate, and one worker held to a tenth of a CPU by a real cgroup
+limit (its container's CPU quota, written on the node as a throttled node would leave
+it). The controller flags that worker, with its node and score, from the workers' own
+reports; a new pod of that index, without the limit, clears it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.kube import ControllerProcess, Kube, wait_for
+from tests.cluster.test_real_node import _container_pid
+from tests.cluster.tf_workloads import programs_configmap, tf_job, tf_template, wait_progress
+from tests.conftest import Cluster
+
+pytestmark = [pytest.mark.local_only, pytest.mark.tf]
+
+WORKERS = 3
+SLOW = 2
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def limit_cpu(pid: int, share: float) -> Path:
+    """Hold the process's cgroup to ``share`` of one CPU (cgroup v2's cpu.max, or v1's
+    CFS quota); the file written."""
+    period = 100_000
+    quota = int(period * share)
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, rel = line.split(":", 2)
+        if controllers == "":  # v2: one hierarchy
+            target = CGROUP_ROOT / rel.lstrip("/") / "cpu.max"
+            if target.exists():
+                target.write_text(f"{quota} {period}")
+                return target
+        elif "cpu" in controllers.split(","):
+            base = CGROUP_ROOT / controllers / rel.lstrip("/")
+            (base / "cpu.cfs_period_us").write_text(str(period))
+            target = base / "cpu.cfs_quota_us"
+            target.write_text(str(quota))
+            return target
+    raise AssertionError(f"no cpu cgroup for pid {pid}")
+
+
+def async_job(name: str) -> dict[str, Any]:
+    """One ps and WORKERS workers of ps_async.py, for ten minutes (the test ends it)."""
+    run = ("--seconds", "600", "--log-every", "50")
+    return tf_job(  # type: ignore[no-any-return]
+        name,
+        {
+            "PS": (1, "ExitCode", tf_template("ps_async.py", *run)),
+            "Worker": (WORKERS, "ExitCode", tf_template("ps_async.py", *run)),
+        },
+        runPolicy={"cleanPodPolicy": "All"},
+    )
+
+
+def stragglers(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
+    status = (kube.tfjob(ns, name) or {}).get("status") or {}
+    return list((status.get("trainingProgress") or {}).get("stragglers") or [])
+
+
+def test_a_cpu_limited_worker_is_flagged_with_its_node_and_cleared_by_a_new_pod(
+    tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
+) -> None:
+    ns, name = namespace, "async"
+    programs_configmap(kube, ns)
+    job = async_job(name)
+    kube.create_tfjob(ns, job)
+    for i in range(WORKERS):
+        wait_progress(cluster, ns, f"{name}-worker-{i}", lambda x: x.get("event") == "step", 240)
+    slow = f"{name}-worker-{SLOW}"
+    cpu_max = limit_cpu(_container_pid(cluster, ns, slow), 0.1)
+    print(f"{cpu_max}: {cpu_max.read_text().strip()}")  # the limit, as the kernel holds it
+    found = wait_for(
+        lambda: [s for s in stragglers(kube, ns, name) if s["index"] == SLOW] or None,
+        180,
+        f"worker {SLOW} flagged",
+    )
+    (s,) = found
+    print(f"flagged: {s}")
+    assert (s["replicaType"], s["pod"], s["basis"]) == ("Worker", slow, "stepRate")
+    assert s["node"] == tf_node and s["score"] < 0.75
+    # the others are not
+    assert [x["index"] for x in stragglers(kube, ns, name)] == [SLOW]
+    warned = wait_for(
+        lambda: [e for e in kube.events(ns) if e["reason"] == "StragglerDetected"] or None,
+        20,
+        "the StragglerDetected event",
+    )
+    assert warned[0]["type"] == "Warning" and tf_node in warned[0]["message"]
+    # a new pod of the index, without the limit: cleared
+    old_uid = s["podUID"]
+    kube.delete_pod(ns, slow)
+    wait_for(
+        lambda: not [x for x in stragglers(kube, ns, name) if x["index"] == SLOW],
+        120,
+        "the straggler cleared",
+    )
+    new = kube.pod(ns, slow)
+    assert new is not None and new["metadata"]["uid"] != old_uid
+    recovered = [e for e in kube.events(ns) if e["reason"] == "StragglerRecovered"]
+    assert recovered and recovered[0]["type"] == "Normal", recovered
+    assert [e["reason"] for e in kube.events(ns)].count("StragglerDetected") == 1
+
+
+def test_with_the_move_action_the_replacement_keeps_off_the_slow_node_and_waits(
+    tf_node: str, controller: ControllerProcess, kube: Kube, cluster: Cluster, namespace: str
+) -> None:
+    """One real node: the moved worker's new pod may not go back to it, and no other
+    node can take it (the kwok nodes lack the real node's label), so it waits, Pending
+    and Unschedulable, while the others train on."""
+    ns, name = namespace, "moving"
+    programs_configmap(kube, ns)
+    job = async_job(name)
+    job["metadata"]["annotations"] = {"training.kubeflow.org/straggler-action": "move"}
+    kube.create_tfjob(ns, job)
+    for i in range(WORKERS):
+        wait_progress(cluster, ns, f"{name}-worker-{i}", lambda x: x.get("event") == "step", 240)
+    slow = f"{name}-worker-{SLOW}"
+    old_uid = (kube.pod(ns, slow) or {})["metadata"]["uid"]
+    limit_cpu(_container_pid(cluster, ns, slow), 0.1)
+
+    def unschedulable() -> dict[str, Any] | None:
+        p = kube.pod(ns, slow)
+        if p is None or p["metadata"]["uid"] == old_uid:
+            return None
+        conds = {c["type"]: c for c in (p.get("status") or {}).get("conditions") or []}
+        scheduled = conds.get("PodScheduled") or {}
+        return p if scheduled.get("reason") == "Unschedulable" else None
+
+    waiting = wait_for(unschedulable, 240, f"{slow}'s new pod waiting, unschedulable")
+    terms = waiting["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    away = {"key": "metadata.name", "operator": "NotIn", "values": [tf_node]}
+    assert terms == [{"matchFields": [away]}]
+    assert waiting["status"]["phase"] == "Pending"
+    rs = (kube.tfjob(ns, name) or {})["status"]["replicaStatuses"]["Worker"]
+    assert (rs.get("moves"), rs.get("restarts", 0), rs.get("disruptions", 0)) == (1, 0, 0)
+    moved = [e for e in kube.events(ns) if e["reason"] == "StragglerMoved"]
+    assert len(moved) == 1 and tf_node in moved[0]["message"], moved
+    # the other workers train on
+    for i in range(WORKERS):
+        if i != SLOW:
+            assert (kube.pod(ns, f"{name}-worker-{i}") or {})["status"]["phase"] == "Running"

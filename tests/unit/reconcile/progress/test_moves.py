@@ -1,0 +1,75 @@
+"""Moving a straggler, pure (reconcile.progress.moves): which are due, and the term
+that keeps a new pod off the nodes its index straggled on."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from reconcile.api.status_types import IndexRetry, ReplicaStatus, Straggler
+from reconcile.progress.moves import keep_away, moves_due
+from tests.builders import at
+
+
+def straggler(index: int = 2, node: str = "n1", uid: str = "u2") -> Straggler:
+    return Straggler(
+        replica_type="Worker", index=index, pod=f"j-worker-{index}", pod_uid=uid, node=node,
+        score=0.3, basis="stepRate", since=at(0),
+    )  # fmt: skip
+
+
+def test_due_once_per_window_for_a_running_pod_on_a_known_node() -> None:
+    s = straggler()
+    none: dict[str, ReplicaStatus] = {}
+    assert moves_due([s], none, {"u2"}, at(100)) == [s]
+    assert moves_due([s], none, set(), at(100)) == []  # not running (terminating, gone)
+    assert moves_due([straggler(node="")], none, {"u2"}, at(100)) == []
+    moving = {"Worker": ReplicaStatus(index_retries={"2": IndexRetry(moving_pod_uid="u1")})}
+    assert moves_due([s], moving, {"u2"}, at(100)) == []
+    moved = {"Worker": ReplicaStatus(index_retries={"2": IndexRetry(moved_at=at(100))})}
+    assert moves_due([s], moved, {"u2"}, at(699)) == []
+    assert moves_due([s], moved, {"u2"}, at(700)) == [s]
+
+
+def pod(index: int, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    labels = {"training.kubeflow.org/replica-type": "worker",
+              "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
+    return {"metadata": {"name": f"j-worker-{index}", "labels": labels}, "spec": spec or {}}
+
+
+def test_the_term_is_added_to_every_required_term_and_only_for_that_index() -> None:
+    zone = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    other = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
+    preferred = [{"weight": 1, "preference": zone}]
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [zone, other]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+            },
+            "podAntiAffinity": {"x": 1},
+        }
+    }
+    given = [pod(1, copy.deepcopy(spec)), pod(2, copy.deepcopy(spec))]
+    before = copy.deepcopy(given)
+    out = keep_away(given, {("worker", 2): ["n1", "n2"]})
+    assert given == before  # inputs untouched
+    assert out[0] == given[0]
+    affinity = out[1]["spec"]["affinity"]
+    away = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {**zone, "matchFields": [away]},
+        {**other, "matchFields": [away]},
+    ]
+    assert affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == preferred
+    assert affinity["podAntiAffinity"] == {"x": 1}
+    # no affinity in the template: one term of its own
+    (bare,) = keep_away([pod(2)], {("worker", 2): ["n1"]})
+    assert bare["spec"]["affinity"]["nodeAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{**away, "values": ["n1"]}]}]
+        }
+    }
