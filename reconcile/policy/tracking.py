@@ -116,7 +116,8 @@ def _recorded(pod: ObservedPod, record: ReplicaStatus | None) -> bool:
     ):
         return True
     retry = record.index_retries.get(str(index))
-    return retry is not None and retry.last_pod_uid == pod.uid
+    # its end accounted, or a straggler being moved (its end never counts)
+    return retry is not None and pod.uid in (retry.last_pod_uid, retry.moving_pod_uid)
 
 
 __all__ = [

@@ -19,16 +19,24 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
 
 from tests.cluster.faultproxy import Injection
-from tests.cluster.kube import WatchThread, all_running, wait_for
+from tests.cluster.kube import WatchThread, all_running, condition, wait_for
 from tests.cluster.lease_stage import Stage, handover
 from tests.cluster.policy_helpers import leading, make_job
-from tests.cluster.progress_endpoint import Endpoint, audience, mint, progress_endpoint
+from tests.cluster.progress_endpoint import (
+    Endpoint,
+    Reporter,
+    audience,
+    mint,
+    progress_endpoint,
+    report_path,
+)
 
 pytestmark = pytest.mark.local_only
 
@@ -227,3 +235,68 @@ def test_reports_through_a_failover(stage: Stage) -> None:
     assert shown_at - ended <= PACE + 1.0 + EVERY
     answered = {s.to for p in pods for s in p.sent if s.code == 204}
     assert answered == {"old", "new"}
+
+
+#: the progress deadline of the failover's stall test, and how long after the last
+#: report the leader goes: a new leader counting from its own start would be late by that
+STALL_DEADLINE = 12
+HANDOVER_AFTER = 6
+
+
+def test_a_new_leader_keeps_the_progress_deadline_the_old_one_counted(stage: Stage) -> None:
+    """The times a deadline counts from live in the status (trainingProgress.
+    lastProgressTime), not in the leader's memory: the job whose reports stopped is
+    Stalled when the deadline says, though the leader that saw the last report is gone."""
+    kube, ns = stage.kube, stage.namespace
+    eps = {"old": progress_endpoint(stage.cluster), "new": progress_endpoint(stage.cluster)}
+    old = stage.replica("old", *eps["old"].flags)
+    new = stage.replica("new", *eps["new"].flags)
+    old.progress, new.progress = eps["old"], eps["new"]
+    job = make_job("kept", workers=(2, "OnFailure"))
+    job["metadata"]["annotations"] = {
+        "training.kubeflow.org/progress-deadline-seconds": str(STALL_DEADLINE)
+    }
+    try:
+        old.start()
+        wait_for(lambda: leading(old), 30, "the first replica's lease")
+        new.start()
+        kube.create_tfjob(ns, job)
+        running = wait_for(lambda: all_running(kube, ns, "kept", 2), 60, "the pods of kept")
+        conn = Reporter(old)
+        try:
+            for p in running:
+                token = mint(kube, ns, p, audience(ns, "kept"))
+                index = p["metadata"]["labels"]["training.kubeflow.org/replica-index"]
+                for step in (1, 2):
+                    status, _, doc = conn.post(
+                        report_path(ns, "kept"), token, orjson.dumps({"step": step + int(index)})
+                    )
+                    assert status == 204, doc
+        finally:
+            conn.close()
+        last = datetime.now(UTC)
+        wait_for(
+            lambda: ((kube.tfjob(ns, "kept") or {}).get("status") or {})
+            .get("trainingProgress", {}).get("lastProgressTime"),
+            10,
+            "the last progress stored",
+        )  # fmt: skip
+        time.sleep(HANDOVER_AFTER)  # the quiet spell before the leader goes: the point
+        old.stop()  # releases the lease
+        wait_for(lambda: leading(new), 30, "the new leader")
+        stalled = wait_for(
+            lambda: (
+                (c := condition(kube.tfjob(ns, "kept"), "Stalled")) and c["status"] == "True" and c
+            ),
+            STALL_DEADLINE + 20,
+            "Stalled, by the new leader",
+        )
+    finally:
+        old.stop()
+        new.stop()
+    at = datetime.fromisoformat(stalled["lastTransitionTime"].replace("Z", "+00:00"))
+    after = (at - last).total_seconds()
+    print(f"Stalled {after:.0f}s after the last report (deadline {STALL_DEADLINE}s)")
+    # from the stored time (whole seconds: one early at most; the status interval late),
+    # not from the new leader's start, HANDOVER_AFTER s and more later
+    assert STALL_DEADLINE - 2 <= after <= STALL_DEADLINE + 2, after

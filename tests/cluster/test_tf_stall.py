@@ -37,9 +37,10 @@ from tests.conftest import Cluster
 pytestmark = [pytest.mark.local_only, pytest.mark.tf]
 
 STEPS = 30
-#: the program's peer health checks are off (mwms_fit.py --no-health-check): they would
-#: abort the collectives of a frozen peer 10-30 s in, and a hang they miss (a stuck
-#: input pipeline, a process that still answers) is what the deadline is for
+#: TensorFlow's coordination service finds a frozen peer itself (no heartbeat for 10 s:
+#: the collectives abort, the survivor exits 1); the program lengthens that
+#: (mwms_fit.py --heartbeat-timeout) so the freeze looks like the hangs heartbeats miss
+#: (a stuck input pipeline, a process that still answers), which the deadline is for
 DEADLINE = 15
 #: the helper's reporting interval: how stale the last progress the controller saw may be
 REPORT_INTERVAL = 5
@@ -50,7 +51,7 @@ def stall_job(name: str, backup: Path, action: str, epochs: int) -> dict[str, An
         "mwms_fit.py",
         *("--epochs", str(epochs), "--steps-per-epoch", str(STEPS), "--log-every", "5"),
         *("--backup-dir", "/backup", "--save-freq", "10"),
-        "--no-health-check",
+        *("--heartbeat-timeout", "600"),
     )
     job = tf_job(name, {"Worker": (2, "ExitCode", with_backup(fit, backup / name))})
     job["metadata"]["annotations"] = {

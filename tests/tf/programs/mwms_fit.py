@@ -21,19 +21,27 @@ p = common.flags(__doc__)
 p.add_argument("--backup-dir", default=os.environ.get("TFJOB_BACKUP_DIR"))
 p.add_argument("--save-freq", default="epoch", help='"epoch" or a number of steps')
 p.add_argument(
-    "--no-health-check",
-    action="store_true",
-    help="turn off MWMS's peer health checks, which abort the collectives 10-30 s after"
-    " a peer stops answering: a test freezing a peer (SIGSTOP) then sees what a hang they"
-    " miss looks like (a stuck input pipeline, whose process still answers)",
+    "--heartbeat-timeout",
+    type=float,
+    help="seconds before TensorFlow's coordination service declares a silent peer dead and"
+    " aborts the collectives (its default: 10). A test that freezes a peer (SIGSTOP) sets"
+    " it long, so the freeze looks like the hangs heartbeats never catch: an input"
+    " pipeline stuck on a mount, a deadlock in user code, a process that still answers",
 )
 args = p.parse_args()
 
-if args.no_health_check:
-    # a class attribute, read when the strategy starts its checking thread
-    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+if args.heartbeat_timeout is not None:
+    # MWMS configures the coordination service itself, with the default timeout; the
+    # timeout is not one of its options, so its call is given it
+    from tensorflow.python.eager import context as tf_context
 
-    cars.CollectiveAllReduceExtended._enable_check_health = False
+    configure = tf_context.Context.configure_coordination_service
+    timeout_ms = int(args.heartbeat_timeout * 1000)
+
+    def patient(self: object, *a: object, **kw: object) -> object:
+        return configure(self, *a, **{**kw, "heartbeat_timeout_in_ms": timeout_ms})  # type: ignore[arg-type]
+
+    tf_context.Context.configure_coordination_service = patient  # type: ignore[method-assign]
 
 # The strategy first: it starts this process's gRPC server and must exist before any
 # other TensorFlow op runs.

@@ -416,6 +416,8 @@ def test_a_flagged_straggler_is_moved_once_not_counted_and_kept_off_its_node() -
     # the move stored (the pass after it): the pod goes; its end counts for nothing
     going = [n for n, x in w.pods.items() if x["metadata"].get("deletionTimestamp")]
     assert going == ["m-worker-2"]
+    # and let go (its tracking finalizer off): nothing of its end is waited for
+    assert not w.pods["m-worker-2"]["metadata"].get("finalizers")
     w.set_phase("m-worker-2", "Failed", 143)
     at_(w, 42)
     w.gone()
