@@ -15,14 +15,17 @@ from reconcile.api.names import (
     STALL_ACTION_ANNOTATION,
     STRAGGLER_ACTION_ANNOTATION,
 )
+from reconcile.api.spec import read_job
 from reconcile.api.status_types import format_time
-from reconcile.plan import Plan
+from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
+from reconcile.policy.gang import Gang, GangKind, desired_podgroup
 from reconcile.progress.records import ReplicaRecord, Reporter, known_step, record
 from reconcile.progress.wire import Report
 from tests.builders import at, make_tfjob
 from tests.unit.reconcile.test_plan import World, cond, cond_types
 
 TYPES = {"worker": "Worker", "chief": "Chief", "ps": "PS"}
+VOLCANO = Gang(GangKind.VOLCANO, "volcano")
 
 
 @dataclass
@@ -466,3 +469,18 @@ def test_report_only_flags_and_never_moves() -> None:
     assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [2]
     assert w.status["replicaStatuses"]["Worker"].get("moves", 0) == 0
     assert at_(w, 41).delete_pods == []
+
+
+def test_waiting_for_the_gang_to_be_admitted_does_not_count() -> None:
+    job = watched(**DEADLINE)
+    cfg = PlanConfig(gang=VOLCANO)
+    pg = desired_podgroup(read_job(job).tfjob, VOLCANO, {})  # type: ignore[arg-type]
+    pg["metadata"]["uid"] = "pg-uid"
+    pg["status"] = {"phase": "Pending"}
+    for t in (0, 1_000, 100_000):  # however long it waits
+        snap = Snapshot(read_job(job), (), [], at(t), podgroup=pg)
+        plan = compute_plan(snap, cfg)
+        if plan.status is not None:
+            job["status"] = plan.status
+        assert plan.create_pods == [] and plan.requeue_after is None
+    assert [c["type"] for c in job["status"]["conditions"]] == ["GangAdmitted", "Created"]
