@@ -3,11 +3,18 @@ the threshold and its hysteresis, and one event per episode."""
 
 from __future__ import annotations
 
+import random
+import statistics
 from collections.abc import Sequence
 
 from reconcile.api.status_types import Straggler
 from reconcile.progress.records import ReplicaRecord, Reporter, record
-from reconcile.progress.stragglers import find_stragglers, scores, straggler_events
+from reconcile.progress.stragglers import (
+    _peers_median,
+    find_stragglers,
+    scores,
+    straggler_events,
+)
 from reconcile.progress.wire import Report
 from tests.builders import at
 
@@ -119,3 +126,18 @@ def test_one_event_each_way_per_episode() -> None:
     (ok,) = straggler_events("j", first, [], 0.75)
     assert (ok.type, ok.reason) == ("Normal", "StragglerRecovered")
     assert "worker-2 (pod j-worker-2) on node node-2 is no longer a straggler" in ok.message
+
+
+def test_the_peers_median_leaves_one_out() -> None:
+    rng = random.Random(7)
+    for n in range(1, 30):
+        values = sorted(rng.choice([1.0, 2.0, 3.0, rng.random()]) for _ in range(n))
+        for own in values:
+            peers = list(values)
+            peers.remove(own)
+            want = statistics.median(peers) if peers else None
+            assert _peers_median(values, own) == want
+    # a thousand replicas, each against the 999 others
+    many = [worker(i, rate=10 + (i % 7)) for i in range(1000)]
+    found = find_stragglers([*many, worker(1000, rate=2)], (), 0.75, at(100))
+    assert [s.index for s in found] == [1000]
