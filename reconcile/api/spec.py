@@ -172,7 +172,7 @@ class SpecCache:
         entry = self._entries.get(key)
         if entry is not None and entry.uid != uid:
             entry = None  # a new job under the same name
-        if entry is not None and all(a is b for a, b in zip(entry.spec_obj, spec, strict=True)):
+        if entry is not None and _same_objects(entry.spec_obj, spec):
             self._entries.move_to_end(key)
             return entry.checked
         try:
@@ -190,3 +190,7 @@ class SpecCache:
             if len(self._entries) > self._size:
                 self._entries.popitem(last=False)
         return checked
+
+
+def _same_objects(held: tuple[object, object, object], now: tuple[object, object, object]) -> bool:
+    return held[0] is now[0] and held[1] is now[1] and held[2] is now[2]

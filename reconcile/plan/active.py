@@ -62,6 +62,8 @@ class _Pass:
     live: tuple[ReplicaRecord, ...]
     #: and of every pod the job has, for the furthest step (the restart guard)
     reported: tuple[ReplicaRecord, ...]
+    #: any rule of reconcile.progress may apply: a deadline is set, or the job reports
+    watching: bool
 
 
 def active_plan(
@@ -85,21 +87,18 @@ def active_plan(
     restart_type = _gang_restart_trigger(p, outcomes)
     if restart_type is not None:
         outcomes = gang_restart.as_one_restart(p.old, outcomes)
-    stall = None if status_only else _stall(p)
-    stall_restart = _stall_restarts(p, stall, restart_type)
-    if stall_restart:
-        outcomes = gang_restart.counted_restart(outcomes)
-    moves = [] if status_only or restart_type or stall_restart else _moves(p)
-    if moves:
-        outcomes = with_moves(outcomes, moves, now, whole_gang=p.whole_gang)
-    guard = _guard(p, outcomes)
+    outcomes, stall, stall_restart, moves, guard = _training_rules(
+        p, outcomes, restart_type, status_only=status_only
+    )
     verdict, deadline_in = _verdict(p, outcomes, stall, guard)
     move_restart = bool(moves) and p.whole_gang
     restarting = (restart_type is not None or stall_restart or move_restart) and verdict is None
-    conds = stalled_conditions(
-        p.clock.conditions, stall, tfjob.name, now, restarted=stall_restart and restarting
-    )
-    clock = replace(p.clock, conditions=conds)
+    clock = p.clock
+    if stall is not None:
+        conds = stalled_conditions(
+            clock.conditions, stall, tfjob.name, now, restarted=stall_restart and restarting
+        )
+        clock = replace(clock, conditions=conds)
     new = calculate_status(p.old, outcomes, verdict, now, job=tfjob, clock=clock)
     if guard.guard != p.old.restart_guard:
         new = new.model_copy(update={"restart_guard": guard.guard})
@@ -131,7 +130,7 @@ def active_plan(
         return plan
     if verdict is not None:
         return _finishing(p, plan)
-    if stall is None:
+    if stall is None and p.watching:
         # the pass that sets Running starts the clock: time it now, not a pass later
         stored = p.old.training_progress
         stall = check_stall(p.watch, tfjob.name, new.conditions, stored, p.live, p.snap.now)
@@ -153,12 +152,18 @@ def _begin(snap: Snapshot, tfjob: TFJob, now: datetime, config: PlanConfig) -> _
             snap.pods, _policies(tfjob), snap.now, resumed_at=clock.resumed_at
         )
         held = collateral.collateral(ends, snap.now, _window(config), whole_gang=True)
-    uids = {pod.uid for pod in snap.pods}
-    every = uids | {pod.uid for pod in stale}
-    live = tuple(r for r in snap.training if r.who.pod_uid in uids)
-    reported = tuple(r for r in snap.training if r.who.pod_uid in every)
+    live: tuple[ReplicaRecord, ...] = ()
+    reported: tuple[ReplicaRecord, ...] = ()
+    if snap.training:  # most jobs report nothing: a pass costs them nothing here
+        uids = {pod.uid for pod in snap.pods}
+        every = uids | {pod.uid for pod in stale}
+        live = tuple(r for r in snap.training if r.who.pod_uid in uids)
+        reported = tuple(r for r in snap.training if r.who.pod_uid in every)
     watch = snap.job.watch
-    return _Pass(snap, tfjob, old, now, clock, config, whole, stale, held, watch, live, reported)
+    watching = watch.watches_stalls or bool(snap.training) or old.training_progress is not None
+    return _Pass(
+        snap, tfjob, old, now, clock, config, whole, stale, held, watch, live, reported, watching
+    )
 
 
 def _policies(tfjob: TFJob) -> dict[str, str]:
@@ -231,6 +236,29 @@ def _verdict(
     return verdict, deadline_in
 
 
+def _training_rules(
+    p: _Pass,
+    outcomes: dict[str, ReplicaAccount],
+    restart_type: str | None,
+    *,
+    status_only: bool,
+) -> tuple[dict[str, ReplicaAccount], Stall | None, bool, list[Straggler], GuardCheck]:
+    """What the job's training progress decides (reconcile.progress): the stall and
+    whether it restarts the gang, the stragglers to move, the restart guard; the
+    outcomes with the restarts and moves they count. Nothing for a job that neither
+    watches for stalls nor has ever reported: most jobs, and every pass of theirs."""
+    if not p.watching:
+        return outcomes, None, False, [], GuardCheck(p.old.restart_guard)
+    stall = None if status_only else _stall(p)
+    stall_restart = _stall_restarts(p, stall, restart_type)
+    if stall_restart:
+        outcomes = gang_restart.counted_restart(outcomes)
+    moves = [] if status_only or restart_type or stall_restart else _moves(p)
+    if moves:
+        outcomes = with_moves(outcomes, moves, p.now, whole_gang=p.whole_gang)
+    return outcomes, stall, stall_restart, moves, _guard(p, outcomes)
+
+
 def _stall(p: _Pass) -> Stall | None:
     return check_stall(
         p.watch,
@@ -272,6 +300,8 @@ def _moves(p: _Pass) -> list[Straggler]:
 
 
 def _guard(p: _Pass, outcomes: Mapping[str, ReplicaAccount]) -> GuardCheck:
+    if not p.reported and p.old.training_progress is None:
+        return GuardCheck(p.old.restart_guard)  # never reported: nothing to guard
     before = sum(rs.restarts for rs in p.old.replica_statuses.values())
     now = sum(o.status.restarts for o in outcomes.values())
     furthest = furthest_step(p.old.training_progress, p.reported)
@@ -355,8 +385,8 @@ def _running(
     )
     if p.whole_gang:
         pods = [gang_restart.labelled(pod, p.old.gang_epoch) for pod in pods]
-    statuses = {rt: o.status for rt, o in outcomes.items()}
-    pods = keep_away(pods, avoided_nodes(statuses))  # moved stragglers' indexes
+    if pods:  # moved stragglers' indexes keep away from their nodes
+        pods = keep_away(pods, avoided_nodes({rt: o.status for rt, o in outcomes.items()}))
     doomed = unique(
         [pod for o in outcomes.values() for pod in o.delete] + foreign_pods(tfjob, p.snap.pods)
     )
