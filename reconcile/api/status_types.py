@@ -202,6 +202,8 @@ class Straggler(_Model):
     #: what was compared: "section:<name>" (the replicas' self-timed sections) or
     #: "stepRate"
     basis: str
+    #: how many peers (replicas of its type) it was compared with
+    peers: Count = 0
     #: when it was flagged: the episode began
     since: Time | None = None
 

@@ -293,10 +293,14 @@ def _moves(p: _Pass) -> list[Straggler]:
         return []  # an earlier epoch's pods still going: the gang is restarting
     stored = p.old.training_progress.stragglers if p.old.training_progress else []
     flagged = find_stragglers(p.live, stored, watch.straggler_threshold, p.snap.now)
-    movable = {
-        pod.uid for pod in p.snap.pods if pod.phase == PodPhase.RUNNING and not pod.terminating
-    }
-    return moves_due(flagged, p.old.replica_statuses, movable, p.now)
+    running = [pod for pod in p.snap.pods if pod.phase == PodPhase.RUNNING and not pod.terminating]
+    if len(running) < len(p.snap.pods) or len(running) < _replicas_of(p.tfjob):
+        return []  # one move at a time: while any pod is away the comparisons shift
+    return moves_due(flagged, p.old.replica_statuses, {pod.uid for pod in running}, p.now)
+
+
+def _replicas_of(job: TFJob) -> int:
+    return sum(spec.count for spec in job.replica_specs.values())
 
 
 def _guard(p: _Pass, outcomes: Mapping[str, ReplicaAccount]) -> GuardCheck:

@@ -15,7 +15,10 @@ replica's work another node. A flagged replica (reconcile.progress.stragglers) i
 Under whole-gang restart the move is a gang restart instead (every pod of a synchronous
 job goes together), again not counted against backoffLimit, and the moved index's new
 pod keeps away from the node as above. A replica is moved at most once per
-MOVE_WINDOW, so a job on uniformly slow nodes does not chase its tail.
+MOVE_WINDOW, so a job on uniformly slow nodes does not chase its tail; only one compared
+with at least MIN_PEERS peers; and only while every pod of the job runs (the caller's
+``movable`` is empty otherwise): while one is away, the others' rates shift, and the
+first real run moved a second worker that was only slower than the one left.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from reconcile.policy import conditions as cond
 from reconcile.policy.restart import ReplicaAccount
 
 MOVE_WINDOW = timedelta(minutes=10)
+#: a replica is moved only when it was compared with at least this many peers: against
+#: one, which of two is the odd one is a coin toss
+MIN_PEERS = 2
 MAX_AVOIDED = 8
 #: the node a pod is bound to, as node affinity's matchFields names it
 NODE_NAME_FIELD = "metadata.name"
@@ -47,7 +53,7 @@ def moves_due(
     (``movable``: UIDs), not being moved already, and not moved within the window."""
     out = []
     for s in flagged:
-        if not s.node or s.pod_uid not in movable:
+        if not s.node or s.pod_uid not in movable or s.peers < MIN_PEERS:
             continue
         rec = statuses.get(s.replica_type, ReplicaStatus()).index_retries.get(str(s.index))
         if rec is not None and rec.moving_pod_uid:

@@ -52,6 +52,9 @@ class ReplicaRecord:
     progress_at: datetime | None = None
     #: (POSIX seconds, sections) of this pod's recent reports that timed sections
     sections: Sections = ()
+    #: POSIX seconds of this record's first report: its warm-up (the first steps build
+    #: and compile the graph), which straggler scores leave out
+    first: float = 0.0
 
     @property
     def steps_per_second(self) -> float | None:
@@ -85,7 +88,7 @@ def record(
         known = prev.report.step if prev is not None else baseline
         moved = known is None or report.step > known
         timed: Sections = ((sample[0], report.sections),) if report.sections else ()
-        return ReplicaRecord(who, report, at, (sample,), at if moved else None, timed)
+        return ReplicaRecord(who, report, at, (sample,), at if moved else None, timed, sample[0])
     if not report.metrics and prev.report.metrics:
         # a report of its step alone (a batch, under a strategy whose batch logs are
         # not the mean) keeps the metrics its pod reported last (an epoch's end)
@@ -95,7 +98,7 @@ def record(
     timed = prev.sections
     if report.sections:
         timed = (*timed[-(RATE_SAMPLES - 1) :], (sample[0], report.sections))
-    return ReplicaRecord(who, report, at, samples, progress_at, timed)
+    return ReplicaRecord(who, report, at, samples, progress_at, timed, prev.first)
 
 
 def known_step(progress: object, replica_type: str, index: int) -> int | None:

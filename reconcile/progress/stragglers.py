@@ -9,7 +9,9 @@ on their own (workers of asynchronous parameter-server training) are compared on
 step rates. Peers are the replicas of the same type.
 
 A replica's measure is the median over its recent reports (the record's window: at most
-8 reports, 120 s), and only once it has MIN_SAMPLES of them; its score is its speed as
+8 reports, 120 s) after its pod's first (the warm-up: the first steps build and compile
+the graph: a new pod scored on them would be flagged for its start), and only
+once it has MIN_SAMPLES of them; its score is its speed as
 a fraction of the median of its peers' measures (for a section: the peers' median
 seconds over its own; for a rate: its own over the peers' median), the lowest over its
 sections. Below the threshold (0.75 by default, as NVIDIA's resiliency extension flags)
@@ -47,6 +49,8 @@ SECTION_BASIS = "section:"
 class Score:
     score: float
     basis: str
+    #: how many peers it was compared with
+    peers: int
 
 
 def scores(live: Iterable[ReplicaRecord]) -> dict[tuple[str, int], Score]:
@@ -78,7 +82,7 @@ def _by_sections(records: Sequence[ReplicaRecord]) -> dict[tuple[str, int], Scor
             ref = _peers_median(by_name[name], own)
             if ref is None or own <= 0 or ref <= 0:
                 continue
-            found = Score(ref / own, SECTION_BASIS + name)
+            found = Score(ref / own, SECTION_BASIS + name, len(by_name[name]) - 1)
             if best is None or found.score < best.score:
                 best = found
         if best is not None:
@@ -87,17 +91,13 @@ def _by_sections(records: Sequence[ReplicaRecord]) -> dict[tuple[str, int], Scor
 
 
 def _by_rates(records: Sequence[ReplicaRecord]) -> dict[tuple[str, int], Score]:
-    rates = {
-        _slot(r): rate
-        for r in records
-        if len(r.samples) >= MIN_SAMPLES and (rate := r.steps_per_second) is not None
-    }
+    rates = {_slot(r): rate for r in records if (rate := _settled_rate(r)) is not None}
     ordered = sorted(rates.values())
     out: dict[tuple[str, int], Score] = {}
     for slot, own in rates.items():
         ref = _peers_median(ordered, own)
         if ref is not None and ref > 0:
-            out[slot] = Score(max(0.0, own) / ref, RATE_BASIS)
+            out[slot] = Score(max(0.0, own) / ref, RATE_BASIS, len(ordered) - 1)
     return out
 
 
@@ -117,11 +117,24 @@ def _peers_median(ordered: Sequence[float], own: float) -> float | None:
     return (peer(n // 2 - 1) + peer(n // 2)) / 2
 
 
+def _settled_rate(r: ReplicaRecord) -> float | None:
+    """Steps a second over the window's reports after the warm-up (the record's first
+    report, whose steps build the graph), once there are MIN_SAMPLES of them."""
+    if not r.samples:
+        return None
+    last_t, last_step = r.samples[-1]
+    usable = [x for x in r.samples if x[0] > r.first and last_t - x[0] <= RATE_WINDOW_SECONDS]
+    if len(usable) < MIN_SAMPLES:
+        return None
+    first_t, first_step = usable[0]
+    return (last_step - first_step) / (last_t - first_t) if last_t > first_t else None
+
+
 def _section_medians(r: ReplicaRecord) -> dict[str, float]:
     if not r.sections:
         return {}
     last = r.sections[-1][0]
-    recent = [s for t, s in r.sections if last - t <= RATE_WINDOW_SECONDS]
+    recent = [s for t, s in r.sections if t > r.first and last - t <= RATE_WINDOW_SECONDS]
     if len(recent) < MIN_SAMPLES:
         return {}
     names = {n for s in recent for n in s}
@@ -212,6 +225,7 @@ def _straggler(r: ReplicaRecord, found: Score, since: datetime | None) -> Stragg
         node=r.who.node,
         score=round(found.score, 2),
         basis=found.basis,
+        peers=found.peers,
         since=since,
     )
 

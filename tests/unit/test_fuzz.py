@@ -120,7 +120,9 @@ def test_hostile_specs_never_raise_and_invalid_ones_name_their_field(job: dict[s
     assert all(len(n) <= 63 for n in names)
     # Again, with those pods running and the status stored: still nothing raises.
     job = {**job, "status": plan.status}
-    again = compute_plan(Snapshot(read_job(job), observe_all(_running(plan.create_pods)), [], at(101)), CFG)
+    again = compute_plan(
+        Snapshot(read_job(job), observe_all(_running(plan.create_pods)), [], at(101)), CFG
+    )
     assert again.create_pods == []
 
 

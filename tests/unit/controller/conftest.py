@@ -65,9 +65,7 @@ async def serving(
         await runner.cleanup()
 
 
-def self_signed(
-    tmp_path: Path, name: str = "test", san: str = "IP:127.0.0.1"
-) -> tuple[Path, Path]:
+def self_signed(tmp_path: Path, name: str = "test", san: str = "IP:127.0.0.1") -> tuple[Path, Path]:
     """A throwaway certificate (for 127.0.0.1 unless ``san`` says otherwise) and its key
     (openssl): (cert, key)."""
     crt, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"

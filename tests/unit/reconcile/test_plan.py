@@ -952,6 +952,7 @@ def test_timestamps_are_rfc3339_seconds() -> None:
 
 # --- upstream examples (conformance data, read in place) ------------------------------------
 
+
 @pytest.mark.parametrize("path", conformance.example_params())
 def test_upstream_examples_materialise(path: Path | None) -> None:
     for doc in yaml.safe_load_all(conformance.require(path).read_text()):

@@ -385,7 +385,7 @@ def test_a_bad_value_fails_the_job_naming_the_annotation() -> None:
 # --- moving a straggler ---------------------------------------------------------------
 
 
-def slow_third(w: Reporting, start: float, rounds: int = 4) -> None:
+def slow_third(w: Reporting, start: float, rounds: int = 5) -> None:
     """Workers 0 and 1 step 50 every 5 s, worker 2 only 10: it runs at a fifth."""
     for n in range(rounds):
         w.now = start + 5 * n
@@ -484,3 +484,11 @@ def test_waiting_for_the_gang_to_be_admitted_does_not_count() -> None:
             job["status"] = plan.status
         assert plan.create_pods == [] and plan.requeue_after is None
     assert [c["type"] for c in job["status"]["conditions"]] == ["GangAdmitted", "Created"]
+
+
+def test_no_move_while_a_pod_of_the_job_is_away() -> None:
+    w = running(three(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
+    w.pods["m-worker-0"]["status"]["phase"] = "Pending"  # say, a moved one, unscheduled
+    slow_third(w, 20)
+    assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [2]
+    assert w.status["replicaStatuses"]["Worker"].get("moves", 0) == 0

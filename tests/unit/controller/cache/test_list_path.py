@@ -85,12 +85,18 @@ def test_store_replace_keyed_first_list_and_diff() -> None:
     a, b = owned("a", "1", "job-1"), owned("b", "2", "job-1")
     first = s.replace_keyed({"ns/a": a, "ns/b": b})
     assert first.added == [a, b] and not first.updated and not first.deleted
-    assert {o["metadata"]["name"] for o in s.by_index(CONTROLLER_UID_INDEX, "ns/job-1")} == {"a", "b"}
+    assert {o["metadata"]["name"] for o in s.by_index(CONTROLLER_UID_INDEX, "ns/job-1")} == {
+        "a",
+        "b",
+    }
     b2, c = owned("b", "3", "job-2"), owned("c", "4", "job-2")
     second = s.replace_keyed({"ns/b": b2, "ns/c": c})
     assert second.deleted == [a] and second.added == [c] and second.updated == [(b, b2)]
     assert s.by_index(CONTROLLER_UID_INDEX, "ns/job-1") == []
-    assert {o["metadata"]["name"] for o in s.by_index(CONTROLLER_UID_INDEX, "ns/job-2")} == {"b", "c"}
+    assert {o["metadata"]["name"] for o in s.by_index(CONTROLLER_UID_INDEX, "ns/job-2")} == {
+        "b",
+        "c",
+    }
     assert {o["metadata"]["name"] for o in s.by_index(NAMESPACE_INDEX, "ns")} == {"b", "c"}
     # keeping the very same object: no index churn, still reported as (old, new)
     third = s.replace_keyed({"ns/b": b2, "ns/c": c})

@@ -22,7 +22,6 @@ from tests.builders import TFJobBuilder, container, make_pod, make_service, make
 OP = "tfjob-controller"
 
 
-
 def names(objs: list[Any]) -> list[str]:
     return [o["metadata"]["name"] for o in objs]
 

@@ -17,7 +17,6 @@ from tests.builders import TFJobBuilder, at, make_tfjob, typed
 SUCCESS = Verdict(True, "TFJob ns/t successfully completed.")
 
 
-
 def out(
     active: int = 0,
     succeeded: str = "",

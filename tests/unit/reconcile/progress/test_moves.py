@@ -11,10 +11,10 @@ from reconcile.progress.moves import keep_away, moves_due
 from tests.builders import at
 
 
-def straggler(index: int = 2, node: str = "n1", uid: str = "u2") -> Straggler:
+def straggler(index: int = 2, node: str = "n1", uid: str = "u2", peers: int = 2) -> Straggler:
     return Straggler(
         replica_type="Worker", index=index, pod=f"j-worker-{index}", pod_uid=uid, node=node,
-        score=0.3, basis="stepRate", since=at(0),
+        score=0.3, basis="stepRate", since=at(0), peers=peers,
     )  # fmt: skip
 
 
@@ -24,6 +24,8 @@ def test_due_once_per_window_for_a_running_pod_on_a_known_node() -> None:
     assert moves_due([s], none, {"u2"}, at(100)) == [s]
     assert moves_due([s], none, set(), at(100)) == []  # not running (terminating, gone)
     assert moves_due([straggler(node="")], none, {"u2"}, at(100)) == []
+    # slower than its one peer: which of the two is odd is a coin toss
+    assert moves_due([straggler(peers=1)], none, {"u2"}, at(100)) == []
     moving = {"Worker": ReplicaStatus(index_retries={"2": IndexRetry(moving_pod_uid="u1")})}
     assert moves_due([s], moving, {"u2"}, at(100)) == []
     moved = {"Worker": ReplicaStatus(index_retries={"2": IndexRetry(moved_at=at(100))})}

@@ -38,7 +38,9 @@ def full_pod(pod: JSON) -> JSON:
     meta.setdefault("resourceVersion", "42")
     meta["generateName"] = meta["name"][:-1]
     meta["annotations"] = {
-        **meta.get("annotations", {}), "kwok.x-k8s.io/node": "fake", "note": "x" * 200
+        **meta.get("annotations", {}),
+        "kwok.x-k8s.io/node": "fake",
+        "note": "x" * 200,
     }
     meta["finalizers"] = ["example.com/keep"]
     meta["managedFields"] = [

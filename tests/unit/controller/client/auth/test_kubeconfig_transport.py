@@ -123,6 +123,8 @@ async def test_proxy_url_and_tls_server_name_reach_the_connection(tmp_path: Path
 
 async def test_a_proxy_scheme_the_client_cannot_speak_is_refused_at_load(tmp_path: Path) -> None:
     crt, _key = self_signed(tmp_path)
-    path = kubeconfig(tmp_path, "https://127.0.0.1:1", crt.read_bytes(), **{"proxy-url": "socks5://p:1080"})
+    path = kubeconfig(
+        tmp_path, "https://127.0.0.1:1", crt.read_bytes(), **{"proxy-url": "socks5://p:1080"}
+    )
     with pytest.raises(ValueError, match="only http:// and https:// proxies"):
         await load_configuration(str(path))
