@@ -106,7 +106,11 @@ def test_a_killed_worker_restarts_the_gang_and_training_resumes(
     # one restart for the gang, whatever the survivor did meanwhile (its exit 1)
     assert (done["status"].get("gangEpoch"), rs(done, "Worker")["restarts"]) == (1, 1)
     for i in range(2):
-        lines = progress(cluster, ns, f"{name}-worker-{i}")  # the new epoch's pods
+        # the new epoch's pods; the job Succeeds with worker 0, and the other may print
+        # its last line after that (one e2e-tf run in this session read its log first)
+        lines = wait_progress(
+            cluster, ns, f"{name}-worker-{i}", lambda x: x.get("event") == "done", 30
+        )
         start = lines[0]
         assert start["event"] == "start" and start["replicas_in_sync"] == 2
         # resumed from the backup, not from the beginning: the kill came in `epoch` or
