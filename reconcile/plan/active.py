@@ -255,7 +255,7 @@ def _training_rules(
         outcomes = gang_restart.counted_restart(outcomes)
     moves = [] if status_only or restart_type or stall_restart else _moves(p)
     if moves:
-        outcomes = with_moves(outcomes, moves, p.now, whole_gang=p.whole_gang)
+        outcomes = with_moves(outcomes, moves, p.now)
     return outcomes, stall, stall_restart, moves, _guard(p, outcomes)
 
 
@@ -291,11 +291,11 @@ def _moves(p: _Pass) -> list[Straggler]:
         return []
     if p.stale:
         return []  # an earlier epoch's pods still going: the gang is restarting
-    stored = p.old.training_progress.stragglers if p.old.training_progress else []
-    flagged = find_stragglers(p.live, stored, watch.straggler_threshold, p.snap.now)
     running = [pod for pod in p.snap.pods if pod.phase == PodPhase.RUNNING and not pod.terminating]
     if len(running) < len(p.snap.pods) or len(running) < _replicas_of(p.tfjob):
         return []  # one move at a time: while any pod is away the comparisons shift
+    stored = p.old.training_progress.stragglers if p.old.training_progress else []
+    flagged = find_stragglers(p.live, stored, watch.straggler_threshold, p.snap.now)
     return moves_due(flagged, p.old.replica_statuses, {pod.uid for pod in running}, p.now)
 
 

@@ -10,11 +10,15 @@ yet, or the controller restarted) the stored progress stays as it is.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
+from typing import TypeVar
 
 from reconcile.api.status_types import JobStatus, TrainingProgress
 from reconcile.plan.model import Plan, Snapshot
 from reconcile.progress.stragglers import find_stragglers, straggler_events
 from reconcile.progress.summary import summarize
+
+T = TypeVar("T", int, datetime)
 
 
 def with_training(plan: Plan, snap: Snapshot, stored: JobStatus) -> Plan:
@@ -49,13 +53,17 @@ def kept_marks(new: TrainingProgress, stored: TrainingProgress | None) -> Traini
     restart's new pods, which have not got as far)."""
     if stored is None:
         return new
-    update: dict[str, object] = {}
-    if stored.last_progress_time is not None and (
-        new.last_progress_time is None or stored.last_progress_time > new.last_progress_time
-    ):
-        update["last_progress_time"] = stored.last_progress_time
-    if stored.furthest_step is not None and (
-        new.furthest_step is None or stored.furthest_step > new.furthest_step
-    ):
-        update["furthest_step"] = stored.furthest_step
+    update = {
+        field: kept
+        for field, kept in (
+            ("last_progress_time", _ahead(stored.last_progress_time, new.last_progress_time)),
+            ("furthest_step", _ahead(stored.furthest_step, new.furthest_step)),
+        )
+        if kept is not None
+    }
     return new.model_copy(update=update) if update else new
+
+
+def _ahead(stored: T | None, new: T | None) -> T | None:
+    """``stored`` when it is ahead of ``new`` (or ``new`` has none), else None."""
+    return stored if stored is not None and (new is None or stored > new) else None

@@ -68,11 +68,10 @@ def with_moves(
     outcomes: Mapping[str, ReplicaAccount],
     moves: Sequence[Straggler],
     now: datetime,
-    *,
-    whole_gang: bool,
 ) -> dict[str, ReplicaAccount]:
     """The outcomes with each move recorded; new ones, the given left as they were.
-    Under whole-gang restart no pod is marked: the restart takes every pod."""
+    (Under whole-gang restart the restart takes every pod, the marked one with them;
+    the mark clears, as it does otherwise, once the index has no pod.)"""
     out = dict(outcomes)
     for s in moves:
         o = out.get(s.replica_type)
@@ -83,7 +82,7 @@ def with_moves(
         avoided = [n for n in rec.avoid_nodes if n != s.node][-(MAX_AVOIDED - 1) :]
         rec = rec.model_copy(
             update={
-                "moving_pod_uid": None if whole_gang else s.pod_uid,
+                "moving_pod_uid": s.pod_uid,
                 "avoid_nodes": [*avoided, s.node],
                 "moved_at": now,
             }
@@ -112,12 +111,9 @@ def keep_away(pods: Sequence[JSON], avoided: Mapping[tuple[str, int], Sequence[s
     out = []
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
+        rtype = str(labels.get(REPLICA_TYPE_LABEL, ""))
         index = str(labels.get(REPLICA_INDEX_LABEL, ""))
-        nodes = (
-            avoided.get((str(labels.get(REPLICA_TYPE_LABEL, "")), int(index)), ())
-            if (index.isdigit())
-            else ()
-        )
+        nodes = avoided.get((rtype, int(index))) if index.isdigit() else None
         out.append(_away(pod, nodes) if nodes else pod)
     return out
 
