@@ -492,3 +492,14 @@ def test_no_move_while_a_pod_of_the_job_is_away() -> None:
     slow_third(w, 20)
     assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [2]
     assert w.status["replicaStatuses"]["Worker"].get("moves", 0) == 0
+
+
+def test_a_moved_pod_that_vanishes_is_no_disruption() -> None:
+    w = running(three(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
+    slow_third(w, 20, rounds=4)  # the move is recorded in the last of them
+    assert w.status["replicaStatuses"]["Worker"]["indexRetries"]["2"]["movingPodUID"]
+    del w.pods["m-worker-2"]  # gone before any pass saw it terminating
+    (new,) = at_(w, 41).create_pods
+    assert new["metadata"]["name"] == "m-worker-2" and avoidance(new)
+    rs = w.status["replicaStatuses"]["Worker"]
+    assert rs.get("disruptions", 0) == 0 and rs.get("restarts", 0) == 0

@@ -141,3 +141,18 @@ def test_the_peers_median_leaves_one_out() -> None:
     many = [worker(i, rate=10 + (i % 7)) for i in range(1000)]
     found = find_stragglers([*many, worker(1000, rate=2)], (), 0.75, at(100))
     assert [s.index for s in found] == [1000]
+
+
+def test_a_pods_first_report_is_its_warm_up_and_not_scored() -> None:
+    def steps(index: int, values: list[int]) -> ReplicaRecord:
+        who = Reporter("Worker", index, f"j-worker-{index}", f"u{index}", "n")
+        rec = None
+        for i, step in enumerate(values):
+            rec = record(rec, who, Report(step=step), at(5 * i))
+        assert rec is not None
+        return rec
+
+    peers = [steps(i, [0, 50, 100, 150]) for i in range(2)]
+    # its first interval built the graph (1 step in 5 s), then it kept pace
+    started_slowly = steps(2, [0, 1, 51, 101])
+    assert flagged([*peers, started_slowly]) == []
