@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
+.PHONY: ops-tools venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
 	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress
 
 venv: $(STAMP)
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 # The control plane's binaries and the gang scheduler (scheduler-plugins' Coscheduling).
 binaries: venv
 	VENV=$(VENV) hack/build-binaries.sh --scheduler-plugins
+
+# helm and promtool, from their Go modules (the chart's and the alerts' tests).
+ops-tools: binaries
+	VENV=$(VENV) hack/build-ops-tools.sh
 
 # What a real node runs: kubelet, containerd and its shim, ctr, runc, crictl, CoreDNS,
 # the pause and workload images (apt and debootstrap: root).
@@ -60,6 +64,7 @@ lint: venv
 	$(VENV)/bin/ruff check controller reconcile tfjob_controller hack tests
 	$(VENV)/bin/mypy
 	$(PY) -m hack.gen_crd --check
+	$(PY) -m hack.gen_chart --check
 
 unit: venv
 	$(PY) -m pytest tests/unit -q
@@ -68,7 +73,7 @@ unit: venv
 # local control plane (left running afterwards for fast re-runs; tests/cluster/
 # test_real_node.py adds the real node to it, and one MultiWorkerMirroredStrategy job
 # trains on it with real TensorFlow), then the image test.
-test: lint cluster node-binaries tf-image
+test: lint cluster node-binaries tf-image ops-tools
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
 	PYTHON=$(PY) hack/image-test.sh
 

@@ -264,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--kubeconfig={d / 'kubeconfig'}",
                 "--log-format=json",
                 f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+                "--metrics-secure=false",
                 f"--kube-api-qps={args.qps}",
                 f"--kube-api-burst={args.burst}",
                 "--health-probe-bind-address=127.0.0.1:0",

@@ -12,7 +12,8 @@
 #      filesystem, every capability dropped, no privilege escalation), --network host,
 #      against a local cluster of its own (.cluster-image/) through a flattened copy of
 #      its kubeconfig; a sample TFJob is taken to Succeeded and /readyz and /metrics are
-#      checked (hack/image_check.py)
+#      checked (hack/image_check.py; /metrics over HTTPS with a scraper's token, as
+#      deployed)
 # IMAGE_TEST_BASE=<image> builds on that image instead (pulled if missing: the
 # Dockerfile's pinned default, say, where a registry is reachable); IMAGE_TEST_KEEP=1
 # leaves the cluster, container and engine running for a look.
@@ -162,6 +163,16 @@ run_container() {
   chmod 0755 "$cfg" && chmod 0644 "$cfg/kubeconfig"
   metrics=$(free_port)
   probes=$(free_port)
+  # /metrics is served as deployed (HTTPS, a token and RBAC): a scraper's ServiceAccount
+  # bound to config/rbac's metrics-reader role, and a token of it
+  local k=("$bin/kubectl" --kubeconfig "$TFJOB_CLUSTER_DIR/kubeconfig")
+  "${k[@]}" apply -f "$REPO/config/rbac/metrics_reader_role.yaml" >/dev/null
+  { "${k[@]}" -n default create serviceaccount metrics-scraper --dry-run=client -o yaml
+    echo ---
+    "${k[@]}" create clusterrolebinding metrics-scraper --dry-run=client -o yaml \
+      --clusterrole tfjob-controller-metrics-reader --serviceaccount default:metrics-scraper
+  } | "${k[@]}" apply -f - >/dev/null
+  "${k[@]}" -n default create token metrics-scraper >"$cfg/scraper-token"
   docker rm -f "$CONTAINER" >/dev/null 2>&1 || true
   log "docker run: user 65532, read-only root, no capabilities, --network host"
   docker run -d --name "$CONTAINER" --network host \
@@ -170,8 +181,8 @@ run_container() {
     --kubeconfig /config/kubeconfig --leader-elect --leader-election-namespace default \
     --log-format=json --metrics-bind-address "127.0.0.1:$metrics" \
     --health-probe-bind-address "127.0.0.1:$probes" >/dev/null
-  "$PY" -m hack.image_check --container "$CONTAINER" \
-    --metrics "http://127.0.0.1:$metrics" --probes "http://127.0.0.1:$probes"
+  "$PY" -m hack.image_check --container "$CONTAINER" --token-file "$cfg/scraper-token" \
+    --metrics "https://127.0.0.1:$metrics" --probes "http://127.0.0.1:$probes"
   rm -rf "$cfg"
 }
 

@@ -4,8 +4,8 @@ Checks that the container runs as the Deployment asks (user 65532, read-only roo
 filesystem, no capabilities), that /readyz answers 200 once it is the leader, then
 creates the sample TFJob config/samples/tfjob-workers.yaml under a fresh name, lets
 worker 0 exit 0 once both workers run (kwok has no processes), and waits for the job to
-Succeed; last, /metrics must show the reconciles and the job counted. Exits non-zero
-saying what did not happen.
+Succeed; last, /metrics (HTTPS, refused without a token) must show the reconciles and
+the job counted. Exits non-zero saying what did not happen.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 import yaml
 
@@ -32,9 +34,15 @@ def say(msg: str) -> None:
     print(f"[image-check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def http_get(url: str) -> tuple[int, str]:
+def http_get(url: str, token: str = "") -> tuple[int, str]:
+    """GET ``url``; over HTTPS the certificate is not verified (the controller's own,
+    made at start-up) and ``token`` is sent as a bearer token."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    context = ssl._create_unverified_context() if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=5, context=context
+        ) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
@@ -108,15 +116,25 @@ def run_sample(api: cluster_mod.Api, name: str, timeout: float = 180) -> None:
     raise SystemExit(f"TFJob {name} did not succeed in {timeout:g} s: {last}")
 
 
-def check_metrics(metrics: str) -> None:
-    status, text = http_get(metrics + "/metrics")
+def check_metrics(metrics: str, token: str) -> None:
+    """Secure metrics as deployed: refused without a token, served with one whose user
+    may get /metrics."""
+    if token:
+        status, _ = http_get(metrics + "/metrics")
+        if status != 401:
+            raise SystemExit(f"/metrics without a token answered {status}, not 401")
+    status, text = http_get(metrics + "/metrics", token)
     if status != 200:
         raise SystemExit(f"/metrics answered {status}")
     for family in ("controller_runtime_reconcile_total", "training_operator_jobs_successful"):
         sample = re.compile(rf"^{family}(?:_total)?(?:{{[^}}]*}})? (\S+)$", re.M)
         if not any(float(v) > 0 for v in sample.findall(text)):
             raise SystemExit(f"/metrics has no non-zero {family}")
-    say("/metrics: 200, reconciles and the successful job counted")
+    say(
+        "/metrics: "
+        + ("401 without a token, 200 with the scraper's; " if token else "200, ")
+        + "reconciles and the successful job counted"
+    )
 
 
 def main() -> int:
@@ -124,6 +142,7 @@ def main() -> int:
     p.add_argument("--container", required=True)
     p.add_argument("--metrics", required=True, help="base URL of the metrics listener")
     p.add_argument("--probes", required=True, help="base URL of the probe listener")
+    p.add_argument("--token-file", default="", help="a bearer token that may get /metrics")
     args = p.parse_args()
     d = cluster_mod.cluster_dir()
     state = cluster_mod.load_state(d)
@@ -135,7 +154,8 @@ def main() -> int:
     wait_ready(args.container, args.probes)
     name = f"image-test-{uuid.uuid4().hex[:6]}"
     run_sample(api, name)
-    check_metrics(args.metrics)
+    token = Path(args.token_file).read_text().strip() if args.token_file else ""
+    check_metrics(args.metrics, token)
     api.request("DELETE", f"{TFJOBS}/{name}")
     return 0
 

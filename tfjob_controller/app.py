@@ -56,6 +56,7 @@ from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX
 from reconcile.api.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.api.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
+from reconcile.policy import conditions as cond
 from reconcile.policy.collateral import DEFAULT_WINDOW
 from reconcile.policy.gang import KIND as PODGROUP_KIND
 from reconcile.policy.gang import PLURAL as PODGROUP_PLURAL
@@ -78,8 +79,17 @@ from tfjob_controller.reporting import (
     progress_endpoint,
     reporting_of,
 )
+from tfjob_controller.secure_metrics import metrics_protection
 
 log = structlog.get_logger("tfjob-controller")
+
+#: Warning events of failed child writes (reconcile.sync.child_writes)
+WATCHED_WARNINGS = (
+    "FailedCreatePod",
+    "FailedCreateService",
+    "FailedDeletePod",
+    "FailedDeleteService",
+)
 
 TFJOBS = Resource(GROUP, VERSION, PLURAL, kind=KIND)
 PRIORITY_CLASSES = Resource(
@@ -221,6 +231,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     problem = check_progress_flags(args)
     if problem:
         p.error(problem)
+    if (
+        args.metrics_secure
+        and args.metrics_bind_address != "0"
+        and args.metrics_bind_address == args.health_probe_bind_address
+    ):
+        p.error(
+            "--metrics-secure needs --health-probe-bind-address to differ from"
+            " --metrics-bind-address: a kubelet probe sends no token"
+        )
     return args
 
 
@@ -301,6 +320,9 @@ async def run(args: argparse.Namespace) -> int:
             return 1
         metrics = Metrics()
         job_metrics = JobMetrics(metrics.registry)
+        metrics_tls, metrics_guard = metrics_protection(
+            args, api, clock, args.leader_election_namespace or _pod_namespace()
+        )
         selector = f"{OPERATOR_NAME_LABEL}={DEFAULT_OPERATOR_NAME}"
         # One budget (qps/burst) per kind of traffic, as upstream has one token bucket per
         # REST client: pod and service writes (``api``), TFJob status writes and
@@ -359,7 +381,12 @@ async def run(args: argparse.Namespace) -> int:
             component=CONTROLLER_NAME,
             clock=clock,
             on_drop=metrics.event_dropped,
+            on_event=metrics.event_recorded,
         )
+        # the failed writes an alert watches exist from the first scrape, so an
+        # increase() sees their first one (config/prometheus/alerts.yaml)
+        for reason in WATCHED_WARNINGS:
+            metrics.events.labels(cond.WARNING, reason)
         reconciler = TFJobReconciler(
             caches=Caches(
                 jobs=job_informer.store,
@@ -456,6 +483,8 @@ async def run(args: argparse.Namespace) -> int:
                     # A lease that stopped renewing makes the process unhealthy.
                     healthy=elector.healthy if elector is not None else None,
                     debug=pending,
+                    metrics_tls=metrics_tls,
+                    metrics_guard=metrics_guard,
                 ),
                 *(endpoint.services if endpoint else []),
             ],

@@ -12,8 +12,11 @@ found by the finalizer, not by labels: a pod whose labels were edited is still f
 and a foreign pod carrying our operator label but not our finalizer is left alone.
 
 Run it with the controller stopped (scaled to zero or deleted): a running controller
-would go on tracking the pods it creates. Exit codes: 0 when every tracked pod was
-released (or was gone already), 1 when a release failed, 2 on a usage error.
+would go on tracking the pods it creates. ``--stop-deployment NAMESPACE/NAME`` stops it
+first: the Deployment scaled to zero, then every pod its selector matches waited out
+(a pod still terminating could still be creating); the Helm chart's pre-delete hook
+runs it so. Exit codes: 0 when every tracked pod was released (or was gone already), 1
+when a release failed or the controller did not stop, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from tfjob_controller.app import add_cluster_flags
 PROG = "tfjob-controller release-finalizers"
 #: Releases in flight at once.
 CONCURRENCY = 8
+#: a controller pod has 45 s to end (the Deployment's terminationGracePeriodSeconds)
+STOP_TIMEOUT = 120.0
 
 
 def parse_args(argv: Sequence[str], prog: str = PROG) -> argparse.Namespace:
@@ -52,7 +57,61 @@ def parse_args(argv: Sequence[str], prog: str = PROG) -> argparse.Namespace:
     p.add_argument(
         "--dry-run", action="store_true", help="list the pods that would be released, only"
     )
-    return p.parse_args(list(argv))
+    p.add_argument(
+        "--stop-deployment",
+        default=None,
+        metavar="NAMESPACE/NAME",
+        help="scale the controller's Deployment to zero and wait for its pods to be gone"
+        " first (a Deployment that does not exist is stopped already)",
+    )
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=STOP_TIMEOUT,
+        help="seconds to wait for the Deployment's pods to go (default %(default)s)",
+    )
+    args = p.parse_args(list(argv))
+    if args.stop_deployment is not None:
+        ns, _, name = args.stop_deployment.partition("/")
+        if not ns or not name or "/" in name:
+            p.error("--stop-deployment takes NAMESPACE/NAME")
+    return args
+
+
+async def stop_deployment(
+    api: KubeApi, pods: ResourceClient, namespace: str, name: str, wait_seconds: float
+) -> bool:
+    """Scale the Deployment to zero; True once no pod of it is left (or there is no such
+    Deployment)."""
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+    try:
+        deployment = await api.request("GET", path)
+        await api.request(
+            "PATCH",
+            f"{path}/scale",
+            body={"spec": {"replicas": 0}},
+            content_type="application/merge-patch+json",
+        )
+    except errors.NotFound:
+        print(f"deployment {namespace}/{name} not found: nothing to stop")
+        return True
+    labels = (deployment.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+    if not labels:
+        print(f"deployment {namespace}/{name} has no matchLabels selector", file=sys.stderr)
+        return False
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    print(f"scaled deployment {namespace}/{name} to 0; waiting for its pods to go")
+    with anyio.move_on_after(wait_seconds):
+        while True:
+            left = (await pods.list(namespace, label_selector=selector)).items
+            if not left:
+                print(f"deployment {namespace}/{name} stopped")
+                return True
+            await anyio.sleep(1.0)
+    print(
+        f"deployment {namespace}/{name}: pods still there after {wait_seconds:g} s", file=sys.stderr
+    )
+    return False
 
 
 async def release_all(pods: ResourceClient, namespace: str | None, dry_run: bool) -> int:
@@ -103,7 +162,12 @@ async def run(args: argparse.Namespace) -> int:
     settings = ClientSettings(qps=20, burst=30, user_agent="tfjob-controller-release-finalizers")
     api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, settings)
     async with api:
-        return await release_all(ResourceClient(api, PODS), args.namespace, args.dry_run)
+        pods = ResourceClient(api, PODS)
+        if args.stop_deployment and not args.dry_run:
+            ns, _, name = args.stop_deployment.partition("/")
+            if not await stop_deployment(api, pods, ns, name, args.stop_timeout):
+                return 1
+        return await release_all(pods, args.namespace, args.dry_run)
 
 
 def main(argv: Sequence[str], prog: str = PROG) -> int:

@@ -19,6 +19,9 @@
   such as creates waiting for the client's rate limit, not finished yet).
 - event_loop_lag_seconds: how late the event loop woke a periodic sleeper
   (controller.observability.looplag); anything above a few ms is a callback that blocked the loop.
+- events_dropped_total{reason} (why an Event went unwritten) and
+  controller_events_total{type,reason} (every Event recorded: Warnings such as
+  FailedCreatePod are what an alert on failed writes watches).
 - leader_election_master_status{name}: 1 while this process holds the lease named
   ``name``, else 0; ``leader_status(name)`` is the setter for LeaseElector's on_change.
 
@@ -43,6 +46,8 @@ from controller.types import Clock
 
 QUEUE_BUCKETS = tuple(10.0**e for e in range(-6, 4))
 RECONCILE_RESULTS = ("success", "error", "requeue", "requeue_after")
+#: why an Event goes unwritten (controller.runtime.events)
+DROP_REASONS = ("buffer_full", "namespace_terminating", "write_failed")
 
 
 class QueueMetricsRecorder:
@@ -219,6 +224,15 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        for why in DROP_REASONS:
+            self.events_dropped.labels(why)
+        self.events = Counter(
+            "controller_events_total",
+            "Kubernetes Events recorded (written or not; a repeat folded into an Event's"
+            " count counts again), by type and reason",
+            ["type", "reason"],
+            registry=r,
+        )
         self.leader = Gauge(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
@@ -244,6 +258,10 @@ class Metrics:
     def event_dropped(self, why: str) -> None:
         """Pass as EventRecorder's ``on_drop``."""
         self.events_dropped.labels(why).inc()
+
+    def event_recorded(self, type_: str, reason: str) -> None:
+        """Pass as EventRecorder's ``on_event``."""
+        self.events.labels(type_, reason).inc()
 
     def leader_status(self, name: str) -> Callable[[bool], None]:
         """Sets leader_election_master_status{name} to 1 while leading, 0 otherwise: pass

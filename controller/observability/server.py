@@ -1,10 +1,17 @@
 """HTTP endpoints: /metrics, /debug/queue, /healthz, /readyz.
 
 Contract: one server per distinct bind address. With the defaults
-(--metrics-bind-address :8080, --health-probe-bind-address :8081) that is two servers,
+(--metrics-bind-address :8443, --health-probe-bind-address :8081) that is two servers,
 /metrics on the first and the probes on the second; when both flags name the same
-address, one server serves all three paths. An address of "0" disables that endpoint
-set (controller-runtime's convention). ":8080" binds every interface.
+address, one server serves all three paths (plain metrics only). An address of "0"
+disables that endpoint set (controller-runtime's convention). ":8443" binds every
+interface.
+
+Secure metrics (--metrics-secure, the default, as Kubebuilder's since v4): the metrics
+address speaks TLS, and each request passes a guard first (controller.serving.access:
+TokenReview of the bearer token, SubjectAccessReview of ``get`` on the path) that
+answers 401, 403 or 503 in its stead. The probes stay plain HTTP on their own port: a
+kubelet probe carries no token.
 
 - /debug/queue?key=<namespace>/<name> (on the metrics address, when the process gives
   a ``debug`` function): a JSON object saying what is pending for that key (queued, in
@@ -37,15 +44,18 @@ from __future__ import annotations
 
 import argparse
 import socket
+import ssl
 import urllib.parse
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 import orjson
 import structlog
-from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
+from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, TaskStatus
+from anyio.streams.tls import TLSStream
 
 from controller.observability.prometheus import CONTENT_TYPE, Registry
 
@@ -70,21 +80,70 @@ Response = tuple[int, str, bytes]  # status, content type, body
 Query = dict[str, str]  # a request's query parameters, the last value of each
 Handler = Callable[[Query], Response]
 Debug = Callable[[str], dict[str, object]]
+TLSContext = Callable[[], ssl.SSLContext]
+
+
+class Decision(Protocol):
+    @property
+    def status(self) -> int: ...  # 200 lets the request through
+
+    @property
+    def reason(self) -> str: ...
+
+
+#: ``await guard(authorization header value, path)``: may this request be answered?
+Guard = Callable[[str, str], Awaitable[Decision]]
 
 
 class HasRegistry(Protocol):
     registry: Registry
 
 
+@dataclass(slots=True)
+class Site:
+    """What one bind address serves, and how: its paths, over TLS when ``tls`` is set,
+    to the callers ``guard`` lets through when it is set."""
+
+    routes: dict[str, Handler] = field(default_factory=dict)
+    tls: TLSContext | None = None
+    guard: Guard | None = None
+
+
 def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--metrics-bind-address", default=":8080", help='address for /metrics ("0" disables)'
+        "--metrics-bind-address",
+        default=":8443",
+        help='address for /metrics ("0" disables; default :8443)',
+    )
+    parser.add_argument(
+        "--metrics-secure",
+        type=_boolean,
+        default=True,
+        metavar="true|false",
+        help="serve /metrics over HTTPS to callers whose bearer token the apiserver accepts"
+        " (TokenReview) and whose user may get the path (SubjectAccessReview); false serves"
+        " plain HTTP to anyone who reaches the port (default true)",
+    )
+    parser.add_argument(
+        "--metrics-cert-dir",
+        default="",
+        help="directory holding tls.crt and tls.key for /metrics, re-read when they change"
+        " (default: a self-signed certificate made at start-up, in memory)",
     )
     parser.add_argument(
         "--health-probe-bind-address",
         default=":8081",
         help='address for /healthz and /readyz ("0" disables)',
     )
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
 
 
 def parse_address(address: str) -> tuple[str | None, int]:
@@ -113,9 +172,12 @@ def _check(checks: Sequence[Check], name: str) -> Response:
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
 
 
@@ -131,6 +193,8 @@ class ProbeServers:
         health_checks: Sequence[Check] = (),
         ready_checks: Sequence[Check] = (),
         debug: Debug | None = None,
+        metrics_tls: TLSContext | None = None,
+        metrics_guard: Guard | None = None,
         max_connections: int = MAX_CONNECTIONS,
         head_timeout: float = HEAD_TIMEOUT_SECONDS,
         write_timeout: float = WRITE_TIMEOUT_SECONDS,
@@ -141,16 +205,20 @@ class ProbeServers:
         self.write_timeout = write_timeout
         self.health_checks = list(health_checks)
         self.ready_checks = list(ready_checks)
-        #: the paths each bind address serves
-        self._routes: dict[str, dict[str, Handler]] = {}
+        secured = metrics_tls is not None or metrics_guard is not None
+        if secured and metrics_address != "0" and metrics_address == health_address:
+            # a kubelet probe sends no token: the probes would fail
+            raise ValueError("secure metrics need the health probes on an address of their own")
+        #: what each bind address serves
+        self._sites: dict[str, Site] = {}
         self._debug = debug
         if metrics_address != "0":
-            routes = self._routes.setdefault(metrics_address, {})
-            routes["/metrics"] = lambda _: self._metrics()
+            site = self._sites[metrics_address] = Site(tls=metrics_tls, guard=metrics_guard)
+            site.routes["/metrics"] = lambda _: self._metrics()
             if debug is not None:
-                routes["/debug/queue"] = self._debug_queue
+                site.routes["/debug/queue"] = self._debug_queue
         if health_address != "0":
-            routes = self._routes.setdefault(health_address, {})
+            routes = self._sites.setdefault(health_address, Site()).routes
             routes["/healthz"] = lambda _: _check(self.health_checks, "healthz")
             routes["/readyz"] = lambda _: _check(self.ready_checks, "readyz")
         #: bound (host, port) per address after start, for tests using port 0
@@ -170,7 +238,7 @@ class ProbeServers:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen on every address, report started, serve until cancelled."""
         async with anyio.create_task_group() as tg:
-            for address, routes in self._routes.items():
+            for address, site in self._sites.items():
                 listeners = await listen_sockets(*parse_address(address))
                 for one in listeners:
                     bound = one.extra(SocketAttribute.local_address)
@@ -178,22 +246,23 @@ class ProbeServers:
                         self.bound.setdefault(address, (str(bound[0]), int(bound[1])))
                         break
                 log.info(
-                    "serving", address=address, bound=self.bound.get(address), paths=sorted(routes)
+                    "serving",
+                    address=address,
+                    bound=self.bound.get(address),
+                    paths=sorted(site.routes),
+                    tls=site.tls is not None,
+                    authorized=site.guard is not None,
                 )
-                tg.start_soon(self._serve_address, listeners, routes)
+                tg.start_soon(self._serve_address, listeners, site)
             task_status.started()
 
-    async def _serve_address(
-        self,
-        listeners: list[anyio.abc.SocketListener],
-        routes: dict[str, Handler],
-    ) -> None:
+    async def _serve_address(self, listeners: list[anyio.abc.SocketListener], site: Site) -> None:
         # one cap for the address, however many sockets (IPv4, IPv6) it listens on
         slots = anyio.Semaphore(self.max_connections)
         try:
             async with anyio.create_task_group() as tg:
                 for one in listeners:
-                    tg.start_soon(self._accept, one, routes, slots, tg)
+                    tg.start_soon(self._accept, one, site, slots, tg)
         finally:
             for one in listeners:
                 with anyio.CancelScope(shield=True):
@@ -202,54 +271,81 @@ class ProbeServers:
     async def _accept(
         self,
         listener: anyio.abc.SocketListener,
-        routes: dict[str, Handler],
+        site: Site,
         slots: anyio.Semaphore,
         tg: TaskGroup,
     ) -> None:
         await accept_loop(
-            listener, slots, lambda stream: tg.start_soon(self._handle, stream, routes, slots)
+            listener, slots, lambda stream: tg.start_soon(self._handle, stream, site, slots)
         )
 
-    async def _handle(
-        self,
-        stream: SocketStream,
-        routes: dict[str, Handler],
-        slots: anyio.Semaphore,
-    ) -> None:
+    async def _handle(self, raw: SocketStream, site: Site, slots: anyio.Semaphore) -> None:
         try:
+            stream: ByteStream = raw
+            if site.tls is not None:
+                try:
+                    # the handshake counts against the time a client has for its head
+                    with anyio.fail_after(self.head_timeout):
+                        stream = await TLSStream.wrap(
+                            raw, server_side=True, ssl_context=site.tls(), standard_compatible=False
+                        )
+                except (
+                    TimeoutError,
+                    ssl.SSLError,
+                    anyio.EndOfStream,
+                    anyio.BrokenResourceError,
+                    OSError,
+                ):
+                    with anyio.CancelScope(shield=True):
+                        await raw.aclose()
+                    return
             async with stream:
-                await self._answer(stream, routes)
+                await self._answer(stream, site)
         finally:
             slots.release()
 
-    async def _answer(self, stream: SocketStream, routes: dict[str, Handler]) -> None:
+    async def _answer(self, stream: ByteStream, site: Site) -> None:
         try:
             with anyio.fail_after(self.head_timeout):
                 head = await _read_head(stream)
-        except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+        except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError, OSError):
             return
         if head is None:
             status, ctype, body = 400, "text/plain", b"bad request\n"
             method = "GET"
         else:
-            method, path, query = head
-            handler = routes.get(path)
+            method, path, query, authorization = head
+            handler = site.routes.get(path)
             if handler is None:
                 status, ctype, body = 404, "text/plain", b"not found\n"
             elif method not in ("GET", "HEAD"):
                 status, ctype, body = 405, "text/plain", b"method not allowed\n"
             else:
-                status, ctype, body = handler(query)
+                status, ctype, body = await self._guarded(site, handler, query, authorization, path)
         reply = (
             f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
             f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
+            + ('WWW-Authenticate: Bearer realm="metrics"\r\n' if status == 401 else "")
+            + "Connection: close\r\n\r\n"
         ).encode()
         with anyio.move_on_after(self.write_timeout):
             try:
                 await stream.send(reply if method == "HEAD" else reply + body)
-            except (anyio.BrokenResourceError, OSError):
+            except (anyio.BrokenResourceError, ssl.SSLError, OSError):
                 return
+
+    async def _guarded(
+        self, site: Site, handler: Handler, query: Query, authorization: str, path: str
+    ) -> Response:
+        if site.guard is not None:
+            try:
+                decision = await site.guard(authorization, path)
+            except Exception:  # a broken guard refuses, never crashes the server
+                log.exception("request guard failed", path=path[:200])
+                return 500, "text/plain", b"the request could not be reviewed\n"
+            if decision.status != 200:
+                return decision.status, "text/plain", f"{decision.reason}\n".encode()
+        return handler(query)
 
 
 async def accept_loop(
@@ -311,19 +407,36 @@ async def listen_sockets(
     return listeners
 
 
-async def _read_head(stream: SocketStream) -> tuple[str, str, Query] | None:
-    """(method, path, query) of the request, or None for a malformed or oversized one."""
+async def _read_head(stream: ByteStream) -> tuple[str, str, Query, str] | None:
+    """(method, path, query, Authorization value) of the request, or None for a
+    malformed or oversized one (a header line without a colon, or two Authorization
+    headers)."""
     data = b""
     while b"\r\n\r\n" not in data:
         if len(data) > MAX_HEAD_BYTES:
             return None
         data += await stream.receive()
-    parts = data.split(b"\r\n", 1)[0].split()
+    head = data.split(b"\r\n\r\n", 1)[0]
+    if len(head) > MAX_HEAD_BYTES:
+        return None
+    first, *lines = head.split(b"\r\n")
+    parts = first.split()
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
         return None
+    authorization: str | None = None
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip():
+            return None
+        if name.lower() == b"authorization":
+            if authorization is not None:
+                return None
+            authorization = value.strip().decode("latin-1")
     method = parts[0].decode("ascii", "replace")
     path, _, query = parts[1].decode("ascii", "replace").partition("?")
-    return method, path, dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    return method, path, dict(urllib.parse.parse_qsl(query, keep_blank_values=True)), (
+        authorization or ""
+    )
 
 
 def serve_probes(
@@ -334,9 +447,11 @@ def serve_probes(
     ready: Check | None = None,
     healthy: Check | None = None,
     debug: Debug | None = None,
+    metrics_tls: TLSContext | None = None,
+    metrics_guard: Guard | None = None,
 ) -> Callable[..., Coroutine[Any, Any, None]]:
     """A Manager service serving /metrics from ``metrics.registry``, /debug/queue from
-    ``debug`` and the probes."""
+    ``debug`` (both over TLS and behind ``metrics_guard`` when given) and the probes."""
     servers = ProbeServers(
         metrics_address=metrics_address,
         health_address=health_address,
@@ -344,5 +459,7 @@ def serve_probes(
         health_checks=[healthy] if healthy else [],
         ready_checks=[ready] if ready else [],
         debug=debug,
+        metrics_tls=metrics_tls,
+        metrics_guard=metrics_guard,
     )
     return servers.serve

@@ -72,6 +72,7 @@ class EventRecorder:
         cache_size: int = 4096,
         mute_seconds: float = 300.0,
         on_drop: Callable[[str], None] | None = None,
+        on_event: Callable[[str, str], None] | None = None,
     ) -> None:
         self._writer = writer
         self.component = component
@@ -89,6 +90,8 @@ class EventRecorder:
         self.written = 0
         #: told why each dropped event was dropped (a metric's counter)
         self._on_drop = on_drop
+        #: told the type and reason of every event recorded, repeats included
+        self._on_event = on_event
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
@@ -99,6 +102,8 @@ class EventRecorder:
 
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         try:
+            if self._on_event is not None:
+                self._on_event(type_, reason)
             self._record(obj, type_, reason, message)
         except Exception:  # an event must never break the caller
             log.exception("event not recorded", reason=reason)

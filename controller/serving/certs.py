@@ -200,7 +200,19 @@ def _names(cert: Any) -> set[str]:
     return ips | set(san.get_values_for_type(x509.DNSName))
 
 
-def _renewed(pair: Pair | None, hosts: Sequence[str], now: dt.datetime, why: str) -> Pair:
+def self_signed(hosts: Sequence[str], now: dt.datetime, ca_name: str) -> Pair:
+    """A CA of its own (named ``ca_name``) and a serving certificate for ``hosts`` it
+    signed."""
+    return _renewed(None, hosts, now, "missing", ca_name)
+
+
+def _renewed(
+    pair: Pair | None,
+    hosts: Sequence[str],
+    now: dt.datetime,
+    why: str,
+    ca_name: str = "tfjob-controller progress CA",
+) -> Pair:
     """A new serving certificate, signed by ``pair``'s CA unless there is no usable one."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
@@ -215,7 +227,7 @@ def _renewed(pair: Pair | None, hosts: Sequence[str], now: dt.datetime, why: str
             ca_crt = ca_key = None
     if ca_crt is None or not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_crt = _ca_cert(ca_key, now)
+        ca_crt = _ca_cert(ca_key, now, ca_name)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = _serving_cert(key, ca_key, ca_crt, hosts, now)
     pem = serialization.Encoding.PEM
@@ -229,12 +241,12 @@ def _renewed(pair: Pair | None, hosts: Sequence[str], now: dt.datetime, why: str
     )
 
 
-def _ca_cert(key: Any, now: dt.datetime) -> Any:
+def _ca_cert(key: Any, now: dt.datetime, ca_name: str) -> Any:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import NameOID
 
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tfjob-controller progress CA")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
     return (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -42,6 +42,7 @@ from anyio.streams.tls import TLSStream
 
 from controller.observability.prometheus import Counter, Registry, Sample
 from controller.observability.server import accept_loop, listen_sockets, parse_address
+from controller.serving.access import bearer
 from controller.serving.limits import KeyedLimiter
 from controller.serving.tokenreview import ReviewUnavailable, TokenReviewer
 from controller.types import Reply, ReportSink
@@ -210,7 +211,7 @@ class ReportServer:
         audience = self._sink.audience(request.path)
         if audience is None:
             return Reply(404, f"no reports are taken at {request.path[:200]}")
-        token = _bearer(request.headers.get("authorization", ""))
+        token = bearer(request.headers.get("authorization", ""))
         if not token:
             return Reply(401, "a bearer token is required")
         if not self._leading():
@@ -367,11 +368,3 @@ class _Conversation:
 
 def _is_token(text: bytes) -> bool:
     return _TOKEN.fullmatch(text) is not None
-
-
-def _bearer(value: str) -> str:
-    scheme, _, token = value.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or len(token) > 16384:
-        return ""
-    return token

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import structlog
 
+from controller.client.auth.kubeconfig import memory_file
 from controller.types import Clock
 
 log = structlog.get_logger("controller.serving.tls")
@@ -26,6 +27,12 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(str(cert_file), str(key_file))
     return ctx
+
+
+def memory_context(cert: bytes, key: bytes) -> ssl.SSLContext:
+    """A server context for a pair held in memory: OpenSSL reads it from anonymous
+    memory files, so a key made at start-up never touches a (read-only) disk."""
+    return server_context(Path(memory_file(cert)), Path(memory_file(key)))
 
 
 class FileCertificate:

@@ -1,11 +1,12 @@
 """Bearer tokens reviewed by the apiserver (TokenReview), cached for their lifetime.
 
 A report is authenticated by asking the apiserver: ``POST tokenreviews`` with the token
-and the audience it must carry. The answer is cached by (sha256 of the token, audience)
-until the token expires (its ``exp`` claim, read only after the apiserver accepted it),
-at most ``max_ttl``, so a pod reporting every few seconds costs one review per token
-rotation, not one per report. A refusal is cached for ``negative_ttl``: a client
-retrying a bad token does not turn each retry into an API call.
+and the audience it must carry. The answer is cached (controller.serving.verdicts) by
+(sha256 of the token, audience) until the token expires (its ``exp`` claim, read only
+after the apiserver accepted it), at most ``max_ttl``, so a pod reporting every few
+seconds costs one review per token rotation, not one per report. A refusal is cached
+for ``negative_ttl``: a client retrying a bad token does not turn each retry into an API
+call.
 
 What a cached acceptance cannot see is a token revoked early: a bound token dies with
 its pod, and the caller of this module checks that pod against its own cache.
@@ -20,24 +21,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import anyio
 import orjson
 
+from controller.serving.verdicts import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_IN_FLIGHT, VerdictCache
 from controller.types import Caller, Clock
 
 REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 #: the kubelet rotates a projected token at 80% of its life (an hour by default)
 DEFAULT_MAX_TTL = 600.0
 DEFAULT_NEGATIVE_TTL = 10.0
-DEFAULT_MAX_ENTRIES = 100_000
-#: a review is one small POST; this many at once is plenty, and bounds what a flood of
-#: fresh tokens can make us send
-DEFAULT_MAX_IN_FLIGHT = 8
 
 Post = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
 
@@ -50,12 +47,6 @@ class ReviewUnavailable(Exception):
 class Verdict:
     caller: Caller | None  # None: refused
     reason: str = ""
-
-
-@dataclass(slots=True)
-class _Entry:
-    verdict: Verdict
-    until: float  # monotonic
 
 
 class TokenReviewer:
@@ -75,62 +66,28 @@ class TokenReviewer:
         self._clock = clock
         self.max_ttl = max_ttl
         self.negative_ttl = negative_ttl
-        self._max_entries = max_entries
-        self._cache: OrderedDict[tuple[bytes, str], _Entry] = OrderedDict()
-        self._pending: dict[tuple[bytes, str], anyio.Event] = {}
-        self._limit = anyio.Semaphore(max_in_flight)
+        self._verdicts = VerdictCache[tuple[bytes, str], Verdict](
+            clock, max_entries=max_entries, max_in_flight=max_in_flight
+        )
         #: what the reviews cost: "hit", "accepted", "refused", "error"
         self.counts: dict[str, int] = {"hit": 0, "accepted": 0, "refused": 0, "error": 0}
 
     def __len__(self) -> int:
-        return len(self._cache)
+        return len(self._verdicts)
 
     async def review(self, token: str, audience: str) -> Verdict:
-        """The apiserver's verdict on ``token`` for ``audience``, cached."""
+        """The apiserver's verdict on ``token`` for ``audience`` (empty: the apiserver's
+        own audiences, as a token a client got for talking to the apiserver has), cached."""
         key = (hashlib.sha256(token.encode()).digest(), audience)
-        while True:
-            hit = self._cached(key)
-            if hit is not None:
-                self.counts["hit"] += 1
-                return hit
-            pending = self._pending.get(key)
-            if pending is None:
-                break
-            await pending.wait()  # the same token's review is on its way: share it
-            if key not in self._cache:
-                break  # it failed: ask ourselves
-        done = self._pending[key] = anyio.Event()
-        try:
-            async with self._limit:
-                verdict, ttl = await self._ask(token, audience)
-            self._store(key, verdict, ttl)
-            return verdict
-        finally:
-            del self._pending[key]
-            done.set()
-
-    def _cached(self, key: tuple[bytes, str]) -> Verdict | None:
-        entry = self._cache.get(key)
-        if entry is None:
-            return None
-        if entry.until <= self._clock.monotonic():
-            del self._cache[key]
-            return None
-        return entry.verdict
-
-    def _store(self, key: tuple[bytes, str], verdict: Verdict, ttl: float) -> None:
-        if ttl <= 0:
-            return
-        self._cache[key] = _Entry(verdict, self._clock.monotonic() + ttl)
-        self._cache.move_to_end(key)
-        while len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)
+        verdict = await self._verdicts.get(key, partial(self._ask, token, audience))
+        self.counts["hit"] = self._verdicts.hits
+        return verdict
 
     async def _ask(self, token: str, audience: str) -> tuple[Verdict, float]:
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
-            "spec": {"token": token, "audiences": [audience]},
+            "spec": {"token": token, **({"audiences": [audience]} if audience else {})},
         }
         try:
             answer = await self._post(REVIEW_PATH, body)
@@ -144,7 +101,7 @@ class TokenReviewer:
             reason = status.get("error") or "the apiserver did not authenticate the token"
             return Verdict(None, str(reason)[:300]), self.negative_ttl
         audiences = status.get("audiences")
-        if isinstance(audiences, list) and audiences and audience not in audiences:
+        if audience and isinstance(audiences, list) and audiences and audience not in audiences:
             self.counts["refused"] += 1
             return Verdict(None, f"the token is not for audience {audience}"), self.negative_ttl
         self.counts["accepted"] += 1

@@ -200,6 +200,8 @@ def cmd_up(opts: argparse.Namespace) -> int:
                 _add_real_node(d, state, opts, api)
             if opts.tf_image:
                 node.add_tf_image(d, state)
+            if opts.controller_image:
+                node.add_controller_image(d, state)
             kwok_nodes(api, opts, state["pids"]["kwok"])
             log(f"reusing the running cluster in {d}")
             print(d / "kubeconfig")
@@ -274,6 +276,8 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
             _add_real_node(d, state, opts, api)
         if opts.tf_image:
             node.add_tf_image(d, state)
+        if opts.controller_image:
+            node.add_controller_image(d, state)
     except Exception as e:
         import traceback
 
@@ -449,8 +453,16 @@ def main(argv: list[str] | None = None) -> int:
         help="up: the real node with the TensorFlow image built (hack/build-tf-image.sh) "
         f"and imported ({node.TF_IMAGE})",
     )
+    p.add_argument(
+        "--controller-image",
+        action="store_true",
+        help="up: the real node with the controller's image built from the working tree "
+        f"(hack/build-controller-image.sh) and imported ({node.CONTROLLER_IMAGE})",
+    )
     opts = p.parse_args(argv)
-    opts.real_node = opts.real_node or (opts.command == "up" and opts.tf_image)
+    opts.real_node = opts.real_node or (
+        opts.command == "up" and (opts.tf_image or opts.controller_image)
+    )
     if opts.command == "restart" and not opts.component:
         p.error("restart needs a component")
     commands = {

@@ -26,6 +26,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 #: The TensorFlow image (hack/build-tf-image.sh: TF_IMAGE), imported only on request
 #: (`up --tf-image`): 1.75 GB, for the real-TensorFlow tests and `make run-tf`.
 TF_IMAGE = "tfjob.local/tensorflow:2.21.0-bookworm"
+#: The controller's image (hack/build-controller-image.sh), imported on request
+#: (`up --controller-image`): the controller deployed in the cluster, for the Helm tests.
+CONTROLLER_IMAGE = "tfjob.local/tfjob-controller:dev"
 #: The pods' bridge and its subnet: apart from kwok's 10.244.0.0/16 and the services'
 #: 10.0.0.0/24.
 BRIDGE = "tfjob-cni0"
@@ -322,6 +326,30 @@ def add_tf_image(d: Path, state: dict[str, Any]) -> None:
         text=True,
     )
     import_image(d, state, Path(out.stdout.strip().splitlines()[-1]), TF_IMAGE)
+
+
+def add_controller_image(d: Path, state: dict[str, Any]) -> None:
+    """Build the controller's image from the working tree (hack/build-controller-image.sh;
+    cached by its inputs) and import it into the running node, replacing an older build
+    under the same name."""
+    out = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-controller-image.sh")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    archive = Path(out.stdout.strip().splitlines()[-1])
+    with tarfile.open(archive) as tar:
+        index = tar.extractfile("index.json")
+        assert index is not None
+        digest = json.load(index)["manifests"][0]["digest"]
+    for line in ctr(d, state, "images", "ls").splitlines()[1:]:
+        ref, _kind, have, *_ = line.split()
+        if ref == CONTROLLER_IMAGE and have == digest:
+            return
+    t0 = time.monotonic()
+    ctr(d, state, "images", "import", str(archive), timeout=900)
+    log(f"imported {CONTROLLER_IMAGE} {digest[:19]} ({time.monotonic() - t0:.1f}s)")
 
 
 def crictl(d: Path, state: dict[str, Any], *args: str, timeout: float = 60) -> str | None:

@@ -2,7 +2,9 @@
 
 Names and labels match the Kubeflow Training Operator's (training_operator_jobs_*
 with job_namespace and framework), so existing dashboards keep working; unlike
-upstream, a restart of the controller or a re-asserted condition counts nothing twice.
+upstream, a restart of the controller or a re-asserted condition counts nothing twice,
+and every counter of a namespace exists (at 0) from its first job on: a series that
+appears at 1 hides its first increase from ``increase()``, and so from an alert.
 """
 
 from __future__ import annotations
@@ -38,11 +40,31 @@ class JobMetrics:
         self.stragglers = Counter(
             "tfjob_stragglers", "Replicas flagged as slower than their peers", labels, **kw
         )
+        self._all = (
+            self.created,
+            self.deleted,
+            self.successful,
+            self.failed,
+            self.restarted,
+            self.stalled,
+            self.stragglers,
+        )
+        #: namespaces whose series exist
+        self._seen: set[str] = set()
+
+    def _namespace(self, job: Mapping[str, Any]) -> str:
+        ns = _ns(job)
+        if ns not in self._seen:
+            self._seen.add(ns)
+            for counter in self._all:
+                counter.labels(ns, FRAMEWORK)
+        return ns
 
     def job_seen(self, job: Mapping[str, Any]) -> None:
         """A job seen for the first time: new only if no controller has written status."""
+        ns = self._namespace(job)
         if not (job.get("status") or {}).get("conditions"):
-            self.created.labels(_ns(job), FRAMEWORK).inc()
+            self.created.labels(ns, FRAMEWORK).inc()
 
     def transition(self, job: Mapping[str, Any], reason: str) -> None:
         counter = {
@@ -58,7 +80,7 @@ class JobMetrics:
             cond.REASON_STRAGGLER: self.stragglers,
         }.get(reason)
         if counter is not None:
-            counter.labels(_ns(job), FRAMEWORK).inc()
+            counter.labels(self._namespace(job), FRAMEWORK).inc()
 
 
 def _ns(job: Mapping[str, Any]) -> str:

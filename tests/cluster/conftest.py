@@ -100,3 +100,17 @@ def stage(
         controller.start()
         if kube.req("GET", s.lease_path) is not None:
             kube.req("DELETE", s.lease_path)
+
+
+@pytest.fixture(scope="session")
+def ops_tools() -> Path:
+    """The directory holding helm and promtool (hack/build-ops-tools.sh: built from their
+    Go modules when the cache entry is missing, `make ops-tools`)."""
+    proc = subprocess.run(
+        ["bash", str(node.REPO / "hack" / "build-ops-tools.sh")],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"helm and promtool could not be built:\n{proc.stderr[-4000:]}", pytrace=False)
+    return Path(proc.stdout.strip().splitlines()[-1])

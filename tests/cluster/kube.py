@@ -54,8 +54,12 @@ class ControllerProcess:
         *extra: str,
         log_name: str = "tfjob-controller",
         kubeconfig: str | None = None,
+        secure_metrics: bool = False,
     ) -> None:
+        """``secure_metrics``: /metrics as deployed (HTTPS, a token and RBAC needed);
+        else plain HTTP, which the tests' barrier (/debug/queue) reads."""
         self.cluster = cluster
+        self.secure_metrics = secure_metrics
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.extra = list(extra)
         self.log_path = cluster.dir / "logs" / f"{log_name}-test.log"
@@ -78,6 +82,7 @@ class ControllerProcess:
                 "--log-format=json",
                 "--log-level=debug",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                f"--metrics-secure={str(self.secure_metrics).lower()}",
                 f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
                 *self.extra,
             ],

@@ -20,6 +20,7 @@ def test_config_default_renders_and_passes_a_server_side_dry_run(cluster: Cluste
             "CustomResourceDefinition",
             "ServiceAccount",
             "ClusterRole",
+            "ClusterRole",  # the scrapers' (metrics reader)
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +21,8 @@ import pytest
 
 from controller.observability.metrics import Metrics
 from controller.observability.server import ProbeServers, parse_address
+from controller.serving.certs import self_signed
+from controller.serving.tls import memory_context
 
 
 @pytest.mark.parametrize(
@@ -299,4 +304,127 @@ async def test_a_client_that_never_reads_its_answer_gives_its_slot_back() -> Non
             with anyio.fail_after(10):
                 answer = await raw_request(bound, b"HEAD /metrics HTTP/1.1\r\n\r\n")
             assert answer.startswith(b"HTTP/1.1 200 ")
+        tg.cancel_scope.cancel()
+
+
+# -- secure metrics: TLS, and a guard that answers in the handler's stead ---------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Said:
+    status: int
+    reason: str = ""
+
+
+class Gatekeeper:
+    """Lets through the token "scraper" only, and remembers what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    async def __call__(self, authorization: str, path: str) -> Said:
+        self.asked.append((authorization, path))
+        if not authorization:
+            return Said(401, "a bearer token is required")
+        if authorization != "Bearer scraper":
+            return Said(403, "may not")
+        return Said(200)
+
+
+def tls_pair() -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, client context trusting the server's CA)."""
+    pair = self_signed(["localhost", "127.0.0.1"], datetime.now(UTC), "test CA")
+    client = ssl.create_default_context(cadata=pair.ca_crt.decode())
+    return memory_context(pair.tls_crt, pair.tls_key), client
+
+
+async def test_secure_metrics_need_tls_and_pass_the_guard_first() -> None:
+    server_ctx, client_ctx = tls_pair()
+    guard = Gatekeeper()
+    servers = ProbeServers(
+        metrics_address="127.0.0.1:0",
+        health_address="localhost:0",
+        registry=Metrics().registry,
+        debug=lambda key: {"key": key},
+        metrics_tls=lambda: server_ctx,
+        metrics_guard=guard,
+    )
+    async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
+        await tg.start(servers.serve)
+        host, port = servers.bound["127.0.0.1:0"]
+        url = f"https://{host}:{port}/metrics"
+
+        async def get(url: str, **headers: str) -> tuple[int, str, str | None]:
+            async with session.get(url, ssl=client_ctx, headers=headers) as resp:
+                return resp.status, await resp.text(), resp.headers.get("WWW-Authenticate")
+
+        status, text, challenge = await get(url)
+        assert (status, text, challenge) == (
+            401,
+            "a bearer token is required\n",
+            'Bearer realm="metrics"',
+        )
+        assert (await get(url, Authorization="Bearer other"))[:2] == (403, "may not\n")
+        status, text, _ = await get(url, Authorization="Bearer scraper")
+        assert status == 200 and "workqueue_depth" in text
+        # the debug path is behind the same guard, asked for its own path
+        debug = f"https://{host}:{port}/debug/queue?key=ns/a"
+        assert (await get(debug, Authorization="Bearer other"))[0] == 403
+        assert guard.asked[-1] == ("Bearer other", "/debug/queue")
+        # an unknown path is a 404 without asking anyone
+        before = len(guard.asked)
+        assert (await get(f"https://{host}:{port}/nope", Authorization="Bearer x"))[0] == 404
+        assert len(guard.asked) == before
+        # plain HTTP to the TLS port gets no answer, and the probes stay plain
+        with pytest.raises(aiohttp.ClientError):
+            await fetch(session, (host, port), "/metrics")
+        assert (await fetch(session, servers.bound["localhost:0"], "/healthz"))[0] == 200
+        tg.cancel_scope.cancel()
+
+
+async def test_a_guard_that_raises_refuses_and_the_server_goes_on() -> None:
+    calls = 0
+
+    async def broken(authorization: str, path: str) -> Said:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("boom")
+        return Said(200)
+
+    servers = ProbeServers(
+        metrics_address="127.0.0.1:0",
+        health_address="0",
+        registry=Metrics().registry,
+        metrics_guard=broken,
+    )
+    async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
+        await tg.start(servers.serve)
+        bound = servers.bound["127.0.0.1:0"]
+        assert (await fetch(session, bound, "/metrics"))[0] == 500
+        assert (await fetch(session, bound, "/metrics"))[0] == 200
+        tg.cancel_scope.cancel()
+
+
+def test_secure_metrics_refuse_to_share_the_probes_address() -> None:
+    with pytest.raises(ValueError, match="probes on an address of their own"):
+        ProbeServers(
+            metrics_address="127.0.0.1:9", health_address="127.0.0.1:9", metrics_guard=Gatekeeper()
+        )
+
+
+async def test_a_header_line_without_a_colon_or_two_authorizations_is_a_bad_request() -> None:
+    servers = ProbeServers(metrics_address="127.0.0.1:0", health_address="0", registry=None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(servers.serve)
+        host, port = servers.bound["127.0.0.1:0"]
+        for head in (
+            b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n",
+            b"GET /metrics HTTP/1.1\r\nAuthorization: a\r\nauthorization: b\r\n\r\n",
+            b"GET /metrics HTTP/1.1\r\n Host: folded\r\n\r\n",
+        ):
+            async with await anyio.connect_tcp(host, port) as stream:
+                await stream.send(head)
+                answer = await stream.receive()
+            assert answer.startswith(b"HTTP/1.1 400 "), head
         tg.cancel_scope.cancel()

@@ -93,6 +93,20 @@ async def test_buffer_is_bounded_and_failures_never_raise() -> None:
     assert rec.backlog == 0
 
 
+async def test_every_event_recorded_is_told_repeats_and_drops_included() -> None:
+    told: list[tuple[str, str]] = []
+    rec = recorder(FakeEvents(), buffer_size=1, on_event=lambda t, r: told.append((t, r)))
+    rec.event(JOB, "Warning", "FailedCreatePod", "x")
+    rec.event(JOB, "Warning", "FailedCreatePod", "x")  # folded into one Event's count
+    rec.event(JOB, "Normal", "Other", "y")  # dropped: the buffer holds one
+    assert told == [
+        ("Warning", "FailedCreatePod"),
+        ("Warning", "FailedCreatePod"),
+        ("Normal", "Other"),
+    ]
+    assert rec.dropped == 1
+
+
 async def test_a_terminating_namespace_is_muted_for_a_while() -> None:
     w = FakeEvents()
     clock = FakeClock()

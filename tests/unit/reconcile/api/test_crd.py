@@ -37,12 +37,19 @@ def test_check_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
     stale = tmp_path / "config" / "crd" / CRD_FILE.name
     stale.parent.mkdir(parents=True)
     stale.write_text(gen_crd.render().replace("shortNames", "shortNamez"))
+    chart = tmp_path / "charts" / "tfjob-controller" / "templates" / "crd.yaml"
     monkeypatch.setattr(gen_crd, "REPO", tmp_path)
     monkeypatch.setattr(gen_crd, "OUTPUT", stale)
+    monkeypatch.setattr(gen_crd, "CHART_OUTPUT", chart)
     assert gen_crd.main(["--check"]) == 1
-    assert "+    shortNames" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "+    shortNames" in out and "charts/tfjob-controller/templates/crd.yaml" in out
     assert gen_crd.main([]) == 0
     assert gen_crd.main(["--check"]) == 0
+    # the chart's copy is the same object, behind the chart's switches
+    body = chart.read_text()
+    assert body.startswith(gen_crd.HEADER + "{{- if .Values.crds.install }}\n")
+    assert "helm.sh/resource-policy: keep" in body and body.endswith("{{- end }}\n")
 
 
 def test_crd_basics() -> None:
