@@ -57,8 +57,10 @@ trap 'rm -rf "$stage" "$ARCHIVE.tmp" "$ARCHIVE.tmp.layer"' EXIT
 log "$IMAGE on $base_digest: the locked packages"
 with_heartbeat "dependencies" "$PY" -m pip install --quiet --disable-pip-version-check \
   --target "$stage/site" --require-hashes -r config/manager/requirements.lock \
-  --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.11 \
-  --implementation cp --abi cp311 >&2
+  --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 --abi abi3 \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 >&2
+rm -rf "$stage/site/bin"
 log "the project's wheel"
 with_heartbeat "wheel" "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps \
   --wheel-dir "$stage/wheel" . >&2

@@ -230,7 +230,7 @@ def _start_new(opts: argparse.Namespace, d: Path, want_gang: bool, t0: float) ->
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
-    make_pki(d / "pki")
+    make_pki(d / "pki", [node.node_ip()])
     port_names = ["etcd", "etcd_peer", "apiserver", "kcm", "scheduler"]
     if want_gang:
         port_names += ["scheduler_plugins", "scheduler_plugins_controller"]

@@ -140,7 +140,10 @@ def component_argv(
         argv = [
             str(bins / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-            "--bind-address=127.0.0.1",
+            # every address, as kube-apiserver's default: pods on the real node reach it
+            # at the host's address (a controller deployed in the cluster); clients here
+            # keep using 127.0.0.1
+            "--bind-address=0.0.0.0",
             "--advertise-address=127.0.0.1",
             f"--secure-port={ports['apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -193,8 +196,15 @@ def component_argv(
             # ConfigMap that each pod's projected service-account volume reads
             ",serviceaccount-controller,serviceaccount-token-controller"
             ",root-ca-certificate-publisher-controller"
-            # cluster DNS on a real node answers from EndpointSlices
-            + (",endpointslice-controller" if "real_node" in state else ""),
+            # cluster DNS on a real node answers from EndpointSlices; and what runs there
+            # may be a Deployment (the controller deployed in the cluster, its Helm
+            # chart's hook a Job)
+            + (
+                ",endpointslice-controller,deployment-controller,replicaset-controller"
+                ",job-controller"
+                if "real_node" in state
+                else ""
+            ),
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             "--leader-elect=false",

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 
-def make_pki(pki: Path) -> None:
+def make_pki(pki: Path, host_ips: Sequence[str] = ()) -> None:
     """A CA, the apiserver's serving cert, an admin client cert and the SA key pair.
+
+    The apiserver's cert also names ``host_ips``: the host's own address, where pods on
+    the real node reach the apiserver (a controller deployed in the cluster).
 
     Every cert carries SubjectKeyIdentifier/AuthorityKeyIdentifier: strict X.509
     verification (Python 3.13's default context) rejects certs without them.
@@ -113,6 +117,7 @@ def make_pki(pki: Path) -> None:
         [
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
             x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in host_ips if ip),
             x509.DNSName("localhost"),
             x509.DNSName("kubernetes"),
             x509.DNSName("kubernetes.default"),

@@ -114,3 +114,21 @@ def ops_tools() -> Path:
     if proc.returncode != 0:
         pytest.fail(f"helm and promtool could not be built:\n{proc.stderr[-4000:]}", pytrace=False)
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def controller_image(real_node: str) -> str:
+    """The controller's image, built from the working tree and imported into the real
+    node's containerd (`up --controller-image`: hack/build-controller-image.sh, cached by
+    its inputs, about 10 s when the code changed)."""
+    proc = subprocess.run(
+        command("up", "--real-node", "--controller-image"),
+        cwd=node.REPO,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"the controller's image is not on the node:\n{proc.stderr[-6000:]}", pytrace=False
+        )
+    return node.CONTROLLER_IMAGE
