@@ -12,7 +12,9 @@
 #
 # --upstream-operator also builds the upstream TFJob controller for the benchmark's
 # --compare upstream (kubeflow/training-operator's TFJob reconciler under the wrapper
-# main in hack/upstream-operator/) into a cache entry of its own, and prints
+# main in hack/upstream-operator/; with --enable-scheme its other kinds' controllers, for
+# the side-by-side test) into a cache entry of its own, with upstream's TFJob and
+# PyTorchJob CRDs beside it (<entry>/crds/), and prints
 # `upstream-operator=<entry>/bin/tfjob-upstream-operator` before the bin dir.
 set -euo pipefail
 
@@ -66,6 +68,7 @@ UP_SRC="$HERE/upstream-operator"
 UP_VERSION=$(sed -n 's|^[[:space:]]*github\.com/kubeflow/training-operator \(v[^[:space:]]*\).*|\1|p' "$UP_SRC/go.mod" | head -1)
 UP_HASH=$(cat "$UP_SRC/go.mod" "$UP_SRC/go.sum" "$UP_SRC/main.go" | sha256sum | cut -c1-12)
 UP_BIN="$CACHE_ROOT/training-operator-${UP_VERSION}_${UP_HASH}/bin/tfjob-upstream-operator"
+UP_CRDS="$CACHE_ROOT/training-operator-${UP_VERSION}_${UP_HASH}/crds"
 
 # What the caller reads: the extra binaries asked for, then the bin dir.
 emit() {
@@ -94,6 +97,7 @@ if (( WITH_SP )) && [[ ! -x "$SP_BIN" ]]; then missing+=(kube-scheduler-plugins)
 if (( WITH_SP )) && [[ ! -x "$SP_CTRL_BIN" ]]; then missing+=(scheduler-plugins-controller); fi
 if (( WITH_SP )) && [[ ! -f "$SP_CRD" ]]; then missing+=(podgroup-crd); fi
 if (( WITH_UP )) && [[ ! -x "$UP_BIN" ]]; then missing+=(tfjob-upstream-operator); fi
+if (( WITH_UP )) && [[ ! -f "$UP_CRDS/webhooks.yaml" ]]; then missing+=(upstream-crds); fi
 if [[ ${#missing[@]} -eq 0 ]]; then
   log "cached: $BIN"
   if (( WITH_SP )); then log "cached: $SP_BIN"; log "cached: $SP_CTRL_BIN"; fi
@@ -263,14 +267,24 @@ fi
 # --- the upstream TFJob controller (benchmark comparison) ---------------------
 # kubeflow/training-operator's TFJob reconciler under our wrapper main; its go.mod pins
 # what training-operator's own go.mod pins (k8s 0.31, controller-runtime 0.19).
-if (( WITH_UP )) && [[ ! -x "$UP_BIN" ]]; then
-  mkdir -p "$(dirname "$UP_BIN")"
+if (( WITH_UP )) && [[ ! -x "$UP_BIN" || ! -f "$UP_CRDS/webhooks.yaml" ]]; then
+  mkdir -p "$(dirname "$UP_BIN")" "$UP_CRDS"
   cd "$UP_SRC"
   log "training-operator $UP_VERSION (TFJob controller only): downloading modules"
   go mod download
   with_heartbeat "tfjob-upstream-operator" \
     go build -trimpath -pgo=off -ldflags "-s -w" -o "$UP_BIN.tmp" .
   mv "$UP_BIN.tmp" "$UP_BIN"
+  # upstream's CRDs, for the side-by-side test: its TFJob CRD (ours goes over it) and
+  # the kinds it keeps running
+  upmod=$(go mod download -json "github.com/kubeflow/training-operator@$UP_VERSION" \
+    | sed -n 's/.*"Dir": "\([^"]*\)".*/\1/p')
+  for kind in tfjobs pytorchjobs; do
+    cp "$upmod/manifests/base/crds/kubeflow.org_$kind.yaml" "$UP_CRDS/"
+  done
+  # and its validating webhooks (a kustomize base: service-based, namespace "system")
+  cp "$upmod/manifests/base/webhook/manifests.yaml" "$UP_CRDS/webhooks.yaml"
+  chmod 0644 "$UP_CRDS"/*.yaml
 fi
 
 log "all binaries in $BIN ($(( $(date +%s) - start_all ))s)"

@@ -9,6 +9,13 @@
 // defaults (development mode; the zap flags change them). Left out: the webhook server,
 // the certificate rotation, every other job kind, leader election.
 //
+// Side by side (docs/operations.md): --enable-scheme, upstream's own flag, sets up the
+// reconcilers of the kinds named instead (upstream's controllerv1.SupportedSchemeReconciler,
+// the table its main uses), and --webhook-cert-dir serves their validating webhooks
+// (upstream's webhooks.SupportedSchemeWebhook) with the certificate there: the operator
+// as an install that runs every kind but TFJob has it, less the certificate rotation,
+// which needs the operator's Secret mounted by a kubelet.
+//
 // Ours: --kube-api-qps/--kube-api-burst go onto the rest config as one token bucket
 // that every client built from it shares (what upstream's main does from v1.9.1 on;
 // --client-rate-limiter=per-client gives each client a bucket of its own), and
@@ -35,12 +42,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	controllerv1 "github.com/kubeflow/training-operator/pkg/controller.v1"
 	"github.com/kubeflow/training-operator/pkg/controller.v1/common"
 	"github.com/kubeflow/training-operator/pkg/controller.v1/tensorflow"
+	"github.com/kubeflow/training-operator/pkg/webhooks"
 )
 
 type options struct {
@@ -52,6 +62,9 @@ type options struct {
 	qps         float64
 	burst       int
 	limiter     string
+	schemes     controllerv1.EnabledSchemes
+	certDir     string
+	webhookPort int
 }
 
 func parseFlags() (options, zap.Options) {
@@ -67,6 +80,11 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.limiter, "client-rate-limiter", "shared",
 		"shared: one token bucket for every client built from the config (upstream v1.9.1+); "+
 			"per-client: each client its own bucket of that size")
+	flag.Var(&o.schemes, "enable-scheme", "a job kind to reconcile, as upstream's --enable-scheme, "+
+		"repeatable (default: TFJob alone)")
+	flag.StringVar(&o.certDir, "webhook-cert-dir", "", "serve the enabled kinds' validating "+
+		"webhooks with tls.crt and tls.key from this directory (default: no webhooks)")
+	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "the webhooks' port")
 	zopts := zap.Options{Development: true, StacktraceLevel: zapcore.DPanicLevel} // upstream's
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -129,9 +147,15 @@ func run() error {
 	if o.namespace != "" {
 		mopts.Cache.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
 	}
+	if o.certDir != "" {
+		mopts.WebhookServer = webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.certDir})
+	}
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
+	}
+	if !o.schemes.Empty() {
+		return runSchemes(mgr, o)
 	}
 	r := tensorflow.NewReconciler(mgr, common.GenNonGangSchedulerSetupFunc())
 	if err := r.SetupWithManager(mgr, o.threads); err != nil {
@@ -145,6 +169,39 @@ func run() error {
 	}
 	log.Info("starting the upstream TFJob controller", "userAgent", o.userAgent,
 		"threads", o.threads, "qps", o.qps, "burst", o.burst, "rateLimiter", o.limiter)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// runSchemes runs the reconcilers (and with --webhook-cert-dir the webhooks) of the kinds
+// --enable-scheme names, as upstream's main sets them up with gang scheduling off.
+func runSchemes(mgr ctrl.Manager, o options) error {
+	for _, s := range o.schemes {
+		if err := controllerv1.SupportedSchemeReconciler[s](mgr, common.GenNonGangSchedulerSetupFunc(), o.threads); err != nil {
+			return fmt.Errorf("%s controller: %w", s, err)
+		}
+		if o.certDir == "" {
+			continue
+		}
+		setup, ok := webhooks.SupportedSchemeWebhook[s]
+		if !ok {
+			return fmt.Errorf("%s has no webhook", s)
+		}
+		if err := setup(mgr); err != nil {
+			return fmt.Errorf("%s webhook: %w", s, err)
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	ready := healthz.Ping
+	if o.certDir != "" {
+		ready = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("started", ready); err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("starting upstream's controllers", "schemes", o.schemes.String(),
+		"webhooks", o.certDir != "", "userAgent", o.userAgent)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
