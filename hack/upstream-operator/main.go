@@ -47,6 +47,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"github.com/kubeflow/training-operator/pkg/config"
 	controllerv1 "github.com/kubeflow/training-operator/pkg/controller.v1"
 	"github.com/kubeflow/training-operator/pkg/controller.v1/common"
 	"github.com/kubeflow/training-operator/pkg/controller.v1/tensorflow"
@@ -85,6 +86,15 @@ func parseFlags() (options, zap.Options) {
 	flag.StringVar(&o.certDir, "webhook-cert-dir", "", "serve the enabled kinds' validating "+
 		"webhooks with tls.crt and tls.key from this directory (default: no webhooks)")
 	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "the webhooks' port")
+	// upstream's own flags for the other kinds, with its defaults
+	flag.StringVar(&config.Config.PyTorchInitContainerImage, "pytorch-init-container-image",
+		config.PyTorchInitContainerImageDefault, "the image of the PyTorch workers' init container")
+	flag.StringVar(&config.Config.PyTorchInitContainerTemplateFile, "pytorch-init-container-template-file",
+		config.PyTorchInitContainerTemplateFileDefault, "the PyTorch workers' init container template")
+	flag.IntVar(&config.Config.PyTorchInitContainerMaxTries, "pytorch-init-container-max-tries",
+		config.PyTorchInitContainerMaxTriesDefault, "tries of the PyTorch workers' init container")
+	flag.StringVar(&config.Config.MPIKubectlDeliveryImage, "mpi-kubectl-delivery-image",
+		config.MPIKubectlDeliveryImageDefault, "the image of the MPI launcher's init container")
 	zopts := zap.Options{Development: true, StacktraceLevel: zapcore.DPanicLevel} // upstream's
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()

@@ -181,7 +181,14 @@ def test_ours_for_tfjob_beside_upstream_for_the_rest_and_back(
         # An install as upstream left it: its TFJob CRD; its PyTorchJob CRD.
         replace_crd(cluster, crds / "kubeflow.org_tfjobs.yaml")
         assert not serves_ours(kube)
-        cluster.kubectl("apply", "-f", str(crds / "kubeflow.org_pytorchjobs.yaml"))
+        # (server-side: too large for client-side apply's last-applied annotation)
+        cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            str(crds / "kubeflow.org_pytorchjobs.yaml"),
+        )
         cluster.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org")
 
         # The steps: TFJob out of upstream's schemes and webhooks, our CRD over theirs.
