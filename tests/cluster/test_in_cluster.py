@@ -10,7 +10,9 @@ in-cluster configuration reads), where kube-proxy would have sent them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from tests.cluster.kube import (
 from tests.cluster.policy_helpers import make_job
 from tests.cluster.test_rbac import token_for
 from tests.cluster.test_secure_metrics import curl
-from tests.conftest import Cluster
+from tests.conftest import REPO, Cluster
 
 pytestmark = [pytest.mark.local_only, pytest.mark.timeout(900)]
 
@@ -297,3 +299,103 @@ def test_the_chart_runs_the_controller_in_the_cluster_through_failover_upgrade_a
         )
         cluster.kubectl("delete", "namespace", release_ns, "--ignore-not-found", "--wait=false")
         controller.start()  # whatever happened: the tests after this one need it
+
+
+def test_config_default_runs_in_the_cluster_with_an_overlay(
+    cluster: Cluster,
+    controller: ControllerProcess,
+    kube: Kube,
+    namespace: str,
+    controller_image: str,
+    tmp_path: Path,
+) -> None:
+    """`kubectl apply -k` of config/default under an overlay for the local cluster (the
+    real node's selector and toleration, the image imported there, the apiserver's
+    address; the CRD left as the cluster has it): the plain manifests run a job too."""
+    ns = namespace
+    wait_namespaces_gone(kube)
+    controller.stop()
+    cluster.kubectl("delete", "clusterrole", *CLUSTER_ROLES, "--ignore-not-found")
+    cluster.kubectl("delete", "clusterrolebinding", *CLUSTER_ROLE_BINDINGS, "--ignore-not-found")
+    chart = yaml.safe_load(values(cluster, tmp_path / "values.yaml").read_text())
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    deployment_patch = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "tfjob-controller", "namespace": "kubeflow"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeSelector": chart["nodeSelector"],
+                    "tolerations": chart["tolerations"],
+                    "containers": [
+                        {
+                            "name": "manager",
+                            "image": node_mod.CONTROLLER_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "env": chart["extraEnv"],
+                            "resources": chart["resources"],
+                        }
+                    ],
+                }
+            }
+        },
+    }
+    keep_crd = {
+        "$patch": "delete",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD},
+    }
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                # kustomize takes a base by a relative path only
+                "resources": [os.path.relpath(REPO / "config" / "default", overlay)],
+                "patches": [
+                    {"patch": yaml.safe_dump(deployment_patch)},
+                    {"patch": yaml.safe_dump(keep_crd)},
+                ],
+            }
+        )
+    )
+    applied = False
+    try:
+        cluster.kubectl("apply", "-k", str(overlay))
+        applied = True
+        cluster.kubectl(
+            "-n", "kubeflow", "rollout", "status", "deployment/tfjob-controller", "--timeout=120s"
+        )
+        (pod,) = wait_for(
+            lambda: (p := controller_pods(kube, "kubeflow")) and all(map(ready, p)) and p,
+            60,
+            "the controller ready",
+        )
+        assert pod["spec"]["nodeName"] == node_mod.NODE_NAME
+        wait_for(lambda: leader_pod(kube, "kubeflow", [pod]), 60, "it leading")
+        kube.create_tfjob(ns, make_job("plain", workers=(2, "Never")))
+        wait_running(kube, ns, "plain", 2, timeout=60)
+        finish(kube, ns, "plain")
+    finally:
+        if applied:
+            # the documented uninstall: stopped, its pods let go, then the objects
+            cluster.kubectl(
+                "-n", "kubeflow", "scale", "deployment/tfjob-controller", "--replicas=0"
+            )
+            wait_for(lambda: not controller_pods(kube, "kubeflow"), 90, "the controller stopped")
+            released = subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "tfjob-controller"),
+                    "release-finalizers",
+                    f"--kubeconfig={cluster.kubeconfig}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert released.returncode == 0, released.stderr
+            cluster.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=false")
+        controller.start()
