@@ -397,5 +397,6 @@ def test_config_default_runs_in_the_cluster_with_an_overlay(
                 timeout=120,
             )
             assert released.returncode == 0, released.stderr
-            cluster.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=false")
+            # waited out: later tests apply config/'s namespace again
+            cluster.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--timeout=180s")
         controller.start()
