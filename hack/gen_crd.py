@@ -165,7 +165,9 @@ def crd() -> dict[str, Any]:
                 "listKind": f"{names.KIND}List",
                 "plural": names.PLURAL,
                 "singular": names.SINGULAR,
-                "shortNames": [names.SINGULAR],
+                # No shortNames: `kubectl get tfjob` is the singular already, and a short
+                # name equal to it is refused (ShortNamesConflict) when this CRD replaces
+                # upstream's, which has none (docs/operations.md, beside upstream).
                 # "all": a TFJob is the workload that owns its pods, like a Job.
                 "categories": ["all", "kubeflow"],
             },

@@ -545,7 +545,7 @@ def test_printer_columns(cluster: Cluster, namespace: str) -> None:
     header = out.splitlines()[0].split()
     assert header[:3] == ["NAME", "STATE", "AGE"], out
     assert {"SUSPENDED", "STARTED", "COMPLETED"} <= set(header)
-    out = cluster.kubectl("get", "tfjob", "-n", namespace, "-o", "name")  # short name
+    out = cluster.kubectl("get", "tfjob", "-n", namespace, "-o", "name")  # the singular
     assert out.strip() == "tfjob.kubeflow.org/job"
 
 

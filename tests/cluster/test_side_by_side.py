@@ -61,6 +61,7 @@ class Upstream:
         self.webhook_port = cluster_mod.free_port()
         self.log = cluster.dir / "logs" / "upstream-side-by-side.log"
         with open(self.log, "ab") as out:
+            self.log_start = out.tell()  # the log is shared with earlier runs
             self.proc = subprocess.Popen(
                 [
                     str(binary),
@@ -85,6 +86,12 @@ class Upstream:
                 return bool(r.status == 200)
         except OSError:
             return False
+
+    def log_text(self) -> str:
+        """What this process has logged."""
+        with open(self.log, "rb") as f:
+            f.seek(self.log_start)
+            return f.read().decode(errors="replace")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -139,9 +146,24 @@ def managers(obj: dict[str, Any]) -> set[str]:
     return {f.get("manager", "") for f in obj["metadata"].get("managedFields") or []}
 
 
-def replace_crd(cluster: Cluster, path: Path) -> None:
+def accepted(kube: Kube, name: str) -> None:
+    """Wait for the CRD to be served with its names accepted (`kubectl wait` gives up
+    on a CRD with no conditions yet, as a new one has for a moment)."""
+
+    def check() -> bool:
+        crd = kube.req("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conds = {
+            c["type"]: c["status"] for c in (crd or {}).get("status", {}).get("conditions") or []
+        }
+        return conds.get("Established") == "True" and conds.get("NamesAccepted") == "True"
+
+    wait_for(check, 30, f"{name} established, its names accepted")
+
+
+def replace_crd(cluster: Cluster, kube: Kube, path: Path) -> None:
+    """Replace the TFJob CRD whole; its names must be accepted, not only served."""
     cluster.kubectl("replace", "-f", str(path))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/tfjobs.kubeflow.org")
+    accepted(kube, "tfjobs.kubeflow.org")
 
 
 def serves_ours(kube: Kube) -> bool:
@@ -179,17 +201,13 @@ def test_ours_for_tfjob_beside_upstream_for_the_rest_and_back(
     running: Upstream | None = None
     try:
         # An install as upstream left it: its TFJob CRD; its PyTorchJob CRD.
-        replace_crd(cluster, crds / "kubeflow.org_tfjobs.yaml")
+        replace_crd(cluster, kube, crds / "kubeflow.org_tfjobs.yaml")
         assert not serves_ours(kube)
         # (server-side: too large for client-side apply's last-applied annotation)
         cluster.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            str(crds / "kubeflow.org_pytorchjobs.yaml"),
-        )
-        cluster.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org")
+            "apply", "--server-side", "--force-conflicts", "-f", str(crds / "kubeflow.org_pytorchjobs.yaml")
+        )  # fmt: skip
+        accepted(kube, "pytorchjobs.kubeflow.org")
 
         # The steps: TFJob out of upstream's schemes and webhooks, our CRD over theirs.
         running = Upstream(cluster, upstream, certs, "pytorchjob")
@@ -198,7 +216,7 @@ def test_ours_for_tfjob_beside_upstream_for_the_rest_and_back(
             "validator.pytorchjob.training-operator.kubeflow.org"
         ]
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(hooks))
-        replace_crd(cluster, OURS)
+        replace_crd(cluster, kube, OURS)
         assert serves_ours(kube)
 
         # Both kinds run, each under its own controller.
@@ -239,7 +257,7 @@ def test_ours_for_tfjob_beside_upstream_for_the_rest_and_back(
             else:
                 assert owner == "PyTorchJob" and any(m.startswith(UPSTREAM_UA) for m in wrote)
                 assert TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or [])
-        started = [ln for ln in running.log.read_text().splitlines() if "Starting Controller" in ln]
+        started = [ln for ln in running.log_text().splitlines() if "Starting Controller" in ln]
         assert started and not [ln for ln in started if "tfjob" in ln.lower()], started
 
         # Back: ours stopped and its pods let go, upstream's CRD and TFJob scheme again.
@@ -257,7 +275,7 @@ def test_ours_for_tfjob_beside_upstream_for_the_rest_and_back(
         )
         assert released.returncode == 0, released.stderr
         running.stop()
-        replace_crd(cluster, crds / "kubeflow.org_tfjobs.yaml")
+        replace_crd(cluster, kube, crds / "kubeflow.org_tfjobs.yaml")
         running = Upstream(cluster, upstream, certs, "tfjob", "pytorchjob")
         kube.create_tfjob(ns, make_job("back", workers=(2, "Never")))
         pods = wait_running(kube, ns, "back", 2, timeout=60)
@@ -266,9 +284,7 @@ def test_ours_for_tfjob_beside_upstream_for_the_rest_and_back(
         if running is not None:
             running.stop()
         cluster.kubectl("delete", "validatingwebhookconfiguration", VWC, "--ignore-not-found")
-        replace_crd(cluster, OURS)
-        cluster.kubectl(
-            "delete", "crd", "pytorchjobs.kubeflow.org", "--ignore-not-found", "--wait=false"
-        )
+        replace_crd(cluster, kube, OURS)
+        cluster.kubectl("delete", "crd", "pytorchjobs.kubeflow.org", "--ignore-not-found")
         if controller.proc is not None and controller.proc.poll() is not None:
             controller.start()  # the tests after this one need it

@@ -36,14 +36,14 @@ def test_check_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
     assert gen_crd.main(["--check"]) == 0
     stale = tmp_path / "config" / "crd" / CRD_FILE.name
     stale.parent.mkdir(parents=True)
-    stale.write_text(gen_crd.render().replace("shortNames", "shortNamez"))
+    stale.write_text(gen_crd.render().replace("listKind", "listKinz"))
     chart = tmp_path / "charts" / "tfjob-controller" / "templates" / "crd.yaml"
     monkeypatch.setattr(gen_crd, "REPO", tmp_path)
     monkeypatch.setattr(gen_crd, "OUTPUT", stale)
     monkeypatch.setattr(gen_crd, "CHART_OUTPUT", chart)
     assert gen_crd.main(["--check"]) == 1
     out = capsys.readouterr().out
-    assert "+    shortNames" in out and "charts/tfjob-controller/templates/crd.yaml" in out
+    assert "+    listKind" in out and "charts/tfjob-controller/templates/crd.yaml" in out
     assert gen_crd.main([]) == 0
     assert gen_crd.main(["--check"]) == 0
     # the chart's copy is the same object, behind the chart's switches
@@ -57,7 +57,8 @@ def test_crd_basics() -> None:
     spec = crd["spec"]
     assert crd["metadata"]["name"] == "tfjobs.kubeflow.org"
     assert spec["names"]["kind"] == "TFJob" and spec["names"]["plural"] == "tfjobs"
-    assert spec["names"]["shortNames"] == ["tfjob"]
+    # as upstream's: a short name equal to the singular conflicts when one replaces the other
+    assert "shortNames" not in spec["names"] and spec["names"]["singular"] == "tfjob"
     assert "kubeflow" in spec["names"]["categories"]
     (version,) = spec["versions"]
     assert version["subresources"] == {"status": {}}
