@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: ops-tools venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
+.PHONY: bench-failover ops-tools venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
 	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress
 
 venv: $(STAMP)
@@ -110,6 +110,12 @@ bench-upstream: binaries
 # 8 workers, every pod reporting every 5 s, on a cluster of its own (.cluster-bench-progress/).
 bench-progress: binaries
 	$(PY) -m hack.bench_progress $(BENCH_PROGRESS_ARGS)
+
+# A restart at size (docs/benchmarks.md#restart-and-failover-at-size): a new process's
+# time to its first write with every job's pods cached, ours beside upstream, on a
+# cluster of its own (.cluster-bench-failover/).
+bench-failover: binaries
+	$(PY) -m hack.bench_failover --compare upstream $(BENCH_FAILOVER_ARGS)
 
 # The chaos suite at full size (tests/chaos: 50 TFJobs, 300 pod kills, 10 controller
 # SIGKILLs, apiserver and etcd restarts, watch faults, leader partitions), seeds 1 2 3

@@ -1,0 +1,230 @@
+"""A restart at size: how long a new controller takes to act, with many jobs' pods about.
+
+On a cluster of its own (kwok runs the pods):
+
+1. tfjob-controller (``--leader-elect``) runs ``--jobs`` TFJobs of ``--replicas``
+   workers until every pod is Running;
+2. it is SIGKILLed, a probe TFJob is created (nothing can act on it yet), and a new
+   process is started: the same command, as a Deployment's replacement pod would be;
+3. the harness notes, on one clock: the process's start, its caches synced (its log),
+   the Lease acquired (its log; the dead holder's lease must run out first), and the
+   first pod of the probe job seen by the harness's poll: the new leader's first write;
+4. with ``--compare upstream``, the same restart for the upstream TFJob controller
+   (hack/upstream-operator, which has no leader election): its start to the probe's
+   first pod.
+
+It prints each span and what each cache listed; and checks that the restart created
+nothing twice (the pod count is the jobs' plus the probe's). Figures go to
+docs/benchmarks.md by hand.
+
+    python -m hack.bench_failover --jobs 200 --replicas 8 [--compare upstream]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import hack.cluster as cluster_mod
+from hack.bench_progress import job_body, start_jobs
+from hack.benchmark.client import Http
+from hack.benchmark.environment import create_namespace
+
+REPO = cluster_mod.REPO
+UA = "tfjob-bench-failover"
+OPERATOR = "training.kubeflow.org/operator-name=tfjob-controller"
+
+
+def say(msg: str) -> None:
+    print(f"[bench-failover {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def ours(d: Path, log: Path, qps: float) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [
+                str(REPO / ".venv" / "bin" / "tfjob-controller"),
+                f"--kubeconfig={d / 'kubeconfig'}",
+                "--log-format=json",
+                "--leader-elect",
+                "--leader-election-namespace=default",
+                "--metrics-bind-address=0",
+                "--health-probe-bind-address=127.0.0.1:0",
+                f"--kube-api-qps={qps}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def upstream(binary: Path, d: Path, log: Path, qps: float) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [
+                str(binary),
+                f"--kubeconfig={d / 'kubeconfig'}",
+                "--metrics-bind-address=0",
+                "--health-probe-bind-address=127.0.0.1:0",
+                f"--kube-api-qps={qps}",
+                "--controller-threads=4",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def log_events(log: Path, since: int) -> dict[str, Any]:
+    """When ours synced its caches and acquired the Lease (wall seconds), and what each
+    informer listed, from its JSON log after byte ``since``."""
+    out: dict[str, Any] = {"listed": {}}
+    with open(log, "rb") as f:
+        f.seek(since)
+        for line in f:
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            event, ts = rec.get("event"), rec.get("timestamp")
+            when = dt.datetime.fromisoformat(ts).timestamp() if ts else None
+            if event == "cache synced":
+                out["listed"][rec.get("informer")] = rec.get("count")
+            elif event == "caches synced":
+                out.setdefault("synced", when)
+            elif event == "leader acquired":
+                out.setdefault("acquired", when)
+    return out
+
+
+async def first_pod(http: Http, ns: str, job: str, limit: float) -> float:
+    """Wall time at which the harness first sees a pod of ``job``."""
+    deadline = time.monotonic() + limit
+    params = {"labelSelector": f"{OPERATOR},training.kubeflow.org/job-name={job}"}
+    while time.monotonic() < deadline:
+        _, lst = await http.req("GET", f"/api/v1/namespaces/{ns}/pods", params=params)
+        if lst.get("items"):
+            return time.time()
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"no pod of {job} within {limit:g} s")
+
+
+async def pod_count(http: Http, ns: str) -> int:
+    _, lst = await http.req(
+        "GET", f"/api/v1/namespaces/{ns}/pods", params={"labelSelector": OPERATOR}
+    )
+    return len(lst["items"])
+
+
+async def restart(
+    http: Http, ns: str, probe: str, replicas: int, start: Any, limit: float
+) -> tuple[float, float, subprocess.Popen[bytes]]:
+    """Create the probe job, start the controller; (start wall time, first-pod wall time)."""
+    status, body = await http.req(
+        "POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs", job_body(probe, replicas)
+    )
+    if status != 201:
+        raise RuntimeError(f"create {probe}: {status} {body}")
+    began = time.time()
+    proc = start()
+    return began, await first_pod(http, ns, probe, limit), proc
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    proc.send_signal(sig)
+    proc.wait(30)
+
+
+async def measure(args: argparse.Namespace, d: Path) -> int:
+    state = cluster_mod.load_state(d)
+    assert state is not None
+    api = cluster_mod.Api(d, state["ports"]["apiserver"])
+    http = Http(api.base, api.ctx, UA, 64)
+    logs = d / "logs"
+    ns = f"failover-{os.getpid()}"
+    try:
+        await create_namespace(http, ns)
+        log = logs / "bench-failover-ours.log"
+        first = ours(d, log, args.qps)
+        say(f"{args.jobs} jobs x {args.replicas} workers, ours running them")
+        await start_jobs(http, ns, args.jobs, args.replicas)
+        stop(first)
+        since = log.stat().st_size
+        say("ours SIGKILLed; a probe job created; a new process started")
+        began, seen, second = await restart(
+            http, ns, "probe-ours", args.replicas, lambda: ours(d, log, args.qps), args.limit
+        )
+        ev = log_events(log, since)
+        want = (args.jobs + 1) * args.replicas
+        await asyncio.sleep(2)
+        have = await pod_count(http, ns)
+        stop(second, signal.SIGTERM)
+        synced, acquired = ev.get("synced"), ev.get("acquired")
+        say(f"ours listed {ev['listed']}")
+        say(f"ours: start -> caches synced {synced - began:.2f} s" if synced else "no sync seen")
+        if acquired:
+            say(f"ours: start -> lease acquired {acquired - began:.2f} s (the dead holder's lease)")
+            say(f"ours: lease acquired -> the probe's first pod {seen - acquired:.2f} s")
+        say(f"ours: start -> the probe's first pod {seen - began:.2f} s")
+        say(f"pods {have} (want {want}): {'nothing created twice' if have == want else 'MISMATCH'}")
+        if args.compare == "upstream":
+            from hack.benchmark.upstream import build_upstream
+
+            binary = build_upstream()
+            ulog = logs / "bench-failover-upstream.log"
+            say("upstream started on the same jobs (its first start lists them all)")
+            b0, s0, up = await restart(
+                http, ns, "probe-up-1", args.replicas,
+                lambda: upstream(binary, d, ulog, args.qps), args.limit,
+            )  # fmt: skip
+            stop(up)
+            b1, s1, up = await restart(
+                http, ns, "probe-up-2", args.replicas,
+                lambda: upstream(binary, d, ulog, args.qps), args.limit,
+            )  # fmt: skip
+            stop(up, signal.SIGTERM)
+            say(f"upstream: start -> the probe's first pod {s0 - b0:.2f} s, then {s1 - b1:.2f} s")
+        return 0 if have == want else 1
+    finally:
+        await http.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--jobs", type=int, default=200)
+    p.add_argument("--replicas", type=int, default=8)
+    p.add_argument("--qps", type=float, default=0, help="client QPS (<= 0: unlimited)")
+    p.add_argument("--node-pods", type=int, default=2000, help="pods per kwok node")
+    p.add_argument("--limit", type=float, default=300, help="seconds to wait for a probe pod")
+    p.add_argument("--compare", choices=["upstream"], default=None)
+    p.add_argument("--keep-cluster", action="store_true")
+    args = p.parse_args(argv)
+    os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / ".cluster-bench-failover"))
+    d = cluster_mod.cluster_dir()
+    pods = (args.jobs + 3) * args.replicas
+    nodes = max(1, -(-pods * 5 // 4 // args.node_pods))
+    say(f"cluster in {d}: {nodes} kwok nodes x {args.node_pods} pods")
+    subprocess.run(
+        cluster_mod.command("up", f"--nodes={nodes}", f"--node-pods={args.node_pods}"),
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        import uvloop
+
+        return uvloop.run(measure(args, d))
+    finally:
+        if not args.keep_cluster:
+            subprocess.run(cluster_mod.command("down"), cwd=REPO, check=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
