@@ -35,6 +35,7 @@ from controller.types import JSON, CacheReader, Clock, EventHandler, KeyQueue
 from reconcile.objects.reporting import CA_CONFIGMAP, CA_KEY, DEFAULT_TOKEN_SECONDS, Reporting
 from reconcile.progress.wire import MAX_BODY_BYTES
 from reconcile.sync.progress import ProgressIntake
+from tfjob_controller.secure_metrics import review_post
 
 DEFAULT_BIND = ":10443"
 DEFAULT_CERT_SECRET = "tfjob-controller-progress-tls"
@@ -196,11 +197,7 @@ async def progress_endpoint(
     # review costs the apiserver no write, and every pod of a 1,600-pod job reviewed
     # at 20 a second kept the last ones' first reports waiting 80 s. Nor do they wait
     # behind creates, or creates behind them.
-    review_api = api.sibling(tick=0.0, qps=0)
-
-    async def post(path: str, body: Any) -> Any:
-        return await review_api.request("POST", path, body=body)
-
+    post = review_post(api)
     bundle = BundleDistributor(
         ResourceClient(api, CONFIGMAPS),
         CA_CONFIGMAP,

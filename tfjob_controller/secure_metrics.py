@@ -21,6 +21,7 @@ from controller.observability.server import Guard, TLSContext
 from controller.serving.access import RequestGuard
 from controller.serving.certs import self_signed
 from controller.serving.tls import FileCertificate, memory_context
+from controller.serving.tokenreview import Post
 from controller.types import Clock
 
 METRICS_SERVICE = "tfjob-controller-metrics"
@@ -33,12 +34,19 @@ def metrics_protection(
     --metrics-secure is false."""
     if not args.metrics_secure or args.metrics_bind_address == "0":
         return None, None
+    guard = RequestGuard.for_api(review_post(api), clock)
+    return metrics_tls(args.metrics_cert_dir, clock, namespace), guard
+
+
+def review_post(api: KubeApi) -> Post:
+    """POSTs for the apiserver's reviews (TokenReview, SubjectAccessReview) on a client
+    of their own, outside the client-side rate limit (why: tfjob_controller.reporting)."""
     review_api = api.sibling(tick=0.0, qps=0)
 
     async def post(path: str, body: Mapping[str, Any]) -> Any:
         return await review_api.request("POST", path, body=body)
 
-    return metrics_tls(args.metrics_cert_dir, clock, namespace), RequestGuard.for_api(post, clock)
+    return post
 
 
 def metrics_tls(cert_dir: str, clock: Clock, namespace: str) -> TLSContext:

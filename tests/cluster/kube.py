@@ -324,6 +324,18 @@ def in_place_of(
     assert code == 0, f"{own.log_path} exited {code}"
 
 
+def release_finalizers(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """``tfjob-controller release-finalizers`` run against the cluster, as the documented
+    uninstall runs it."""
+    exe = Path(sys.executable).parent / "tfjob-controller"
+    return subprocess.run(
+        [str(exe), "release-finalizers", f"--kubeconfig={cluster.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def sample(name: str = "tfjob-chief-ps-workers") -> dict[str, Any]:
     """A TFJob from config/samples/."""
     return dict(yaml.safe_load((REPO / "config" / "samples" / f"{name}.yaml").read_text()))

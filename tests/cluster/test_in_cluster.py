@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from tests.cluster.kube import (
     ApiFailure,
     ControllerProcess,
     Kube,
+    release_finalizers,
     wait_for,
     wait_job,
     wait_namespaces_gone,
@@ -386,16 +386,7 @@ def test_config_default_runs_in_the_cluster_with_an_overlay(
                 "-n", "kubeflow", "scale", "deployment/tfjob-controller", "--replicas=0"
             )
             wait_for(lambda: not controller_pods(kube, "kubeflow"), 90, "the controller stopped")
-            released = subprocess.run(
-                [
-                    str(Path(sys.executable).parent / "tfjob-controller"),
-                    "release-finalizers",
-                    f"--kubeconfig={cluster.kubeconfig}",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            released = release_finalizers(cluster)
             assert released.returncode == 0, released.stderr
             # waited out: later tests apply config/'s namespace again
             cluster.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--timeout=180s")

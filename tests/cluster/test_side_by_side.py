@@ -14,7 +14,6 @@ import base64
 import copy
 import shutil
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from tests.cluster.kube import (
     ControllerProcess,
     Kube,
     is_true,
+    release_finalizers,
     wait_for,
     wait_job,
     wait_namespaces_gone,
@@ -263,16 +263,7 @@ def test_ours_for_tfjob_beside_upstream_for_the_rest_and_back(
         # Back: ours stopped and its pods let go, upstream's CRD and TFJob scheme again.
         wait_namespaces_gone(kube)
         controller.stop()
-        released = subprocess.run(
-            [
-                str(Path(sys.executable).parent / "tfjob-controller"),
-                "release-finalizers",
-                f"--kubeconfig={cluster.kubeconfig}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        released = release_finalizers(cluster)
         assert released.returncode == 0, released.stderr
         running.stop()
         replace_crd(cluster, kube, crds / "kubeflow.org_tfjobs.yaml")

@@ -4,15 +4,19 @@ own finalizer and nothing else."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reconcile.api.names import TRACKING_FINALIZER
-from tests.cluster.kube import ControllerProcess, Kube, live, wait_for, wait_running
+from tests.cluster.kube import (
+    ControllerProcess,
+    Kube,
+    live,
+    release_finalizers,
+    wait_for,
+    wait_running,
+)
 from tests.cluster.policy_helpers import TEMPLATE, make_job
 from tests.conftest import Cluster
 
@@ -27,16 +31,6 @@ def _pod(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
 def _finalizers(kube: Kube, ns: str, name: str) -> list[str] | None:
     pod = _pod(kube, ns, name)
     return None if pod is None else list(pod["metadata"].get("finalizers") or [])
-
-
-def _release(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "tfjob-controller"
-    return subprocess.run(
-        [str(exe), "release-finalizers", f"--kubeconfig={cluster.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.local_only  # kwok ends deleted pods as a kubelet does
@@ -70,11 +64,11 @@ def test_release_finalizers_unwedges_a_namespace_and_touches_nothing_else(
             return all(p is not None and not live(p) for p in pods)
 
         wait_for(held, 60, "the job's pods deleted and held by the tracking finalizer")
-        dry = _release(cluster, "--namespace", ns, "--dry-run")
+        dry = release_finalizers(cluster, "--namespace", ns, "--dry-run")
         assert dry.returncode == 0, dry.stderr
         assert "3 of 3 tracked pods would be released" in dry.stdout
         assert _finalizers(kube, ns, "left-chief-0") == [TRACKING_FINALIZER], "a dry run"
-        done = _release(cluster)  # every namespace, as the uninstall instructions run it
+        done = release_finalizers(cluster)  # every namespace, as the uninstall instructions run it
         assert done.returncode == 0, done.stderr
         assert f"released {ns}/left-chief-0" in done.stdout
         wait_for(lambda: _pod(kube, ns, "left-chief-0") is None, 30, "chief gone")
@@ -82,7 +76,7 @@ def test_release_finalizers_unwedges_a_namespace_and_touches_nothing_else(
         # only our finalizer came off
         assert _finalizers(kube, ns, "left-worker-1") == [OTHER]
         assert _finalizers(kube, ns, "foreign") == [OTHER]
-        again = _release(cluster, "--namespace", ns)
+        again = release_finalizers(cluster, "--namespace", ns)
         assert "0 of 0 tracked pods released" in again.stdout, again.stdout
         for name in ("left-worker-1", "foreign"):  # the other controller's part
             kube.req(
