@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 import hack.cluster as cluster_mod
-from hack.bench_progress import job_body, start_jobs
+from hack.bench_progress import cluster_for, job_body, start_jobs
 from hack.benchmark.client import Http
 from hack.benchmark.environment import create_namespace
 
@@ -206,17 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", choices=["upstream"], default=None)
     p.add_argument("--keep-cluster", action="store_true")
     args = p.parse_args(argv)
-    os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / ".cluster-bench-failover"))
-    d = cluster_mod.cluster_dir()
+    # the jobs, and the probes of the restarts
     pods = (args.jobs + 3) * args.replicas
-    nodes = max(1, -(-pods * 5 // 4 // args.node_pods))
-    say(f"cluster in {d}: {nodes} kwok nodes x {args.node_pods} pods")
-    subprocess.run(
-        cluster_mod.command("up", f"--nodes={nodes}", f"--node-pods={args.node_pods}"),
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    d = cluster_for(".cluster-bench-failover", pods, args.node_pods, say)
     try:
         import uvloop
 

@@ -31,6 +31,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,18 +244,24 @@ async def watch_jobs(
                                 tally.latencies.append(now - sent)
 
 
-def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / ".cluster-bench-progress"))
+def cluster_for(name: str, pods: int, node_pods: int, say: Callable[[str], None]) -> Path:
+    """A cluster of its own (in REPO/``name`` unless TFJOB_CLUSTER_DIR says otherwise)
+    with kwok nodes for ``pods`` and a quarter more, up; its directory."""
+    os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / name))
     d = cluster_mod.cluster_dir()
-    pods_needed = args.jobs * args.replicas
-    nodes = max(1, -(-pods_needed * 5 // 4 // args.node_pods))
-    say(f"cluster in {d}: {nodes} kwok nodes x {args.node_pods} pods")
+    nodes = max(1, -(-pods * 5 // 4 // node_pods))
+    say(f"cluster in {d}: {nodes} kwok nodes x {node_pods} pods")
     subprocess.run(
-        cluster_mod.command("up", f"--nodes={nodes}", f"--node-pods={args.node_pods}"),
+        cluster_mod.command("up", f"--nodes={nodes}", f"--node-pods={node_pods}"),
         cwd=REPO,
         check=True,
         stdout=subprocess.DEVNULL,
     )
+    return d
+
+
+def run(args: argparse.Namespace) -> int:
+    d = cluster_for(".cluster-bench-progress", args.jobs * args.replicas, args.node_pods, say)
     flags = progress_flags(d / "pki")
     metrics_port = cluster_mod.free_port()
     with open(d / "logs" / "bench-progress-controller.log", "wb") as logf:
