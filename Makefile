@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: bench-failover ops-tools venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
+.PHONY: bench-scale bench-failover ops-tools venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
 	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress
 
 venv: $(STAMP)
@@ -105,6 +105,13 @@ bench: binaries
 # The same with the upstream TFJob controller beside ours (built and cached on first use).
 bench-upstream: binaries
 	hack/bench --compare upstream $(BENCH_ARGS)
+
+# One process at size (docs/benchmarks.md#scaling-with-the-number-of-jobs): 200, 1,000 and 5,000 TFJobs of 8 at
+# unlimited QPS, ours, upstream at 4 threads and at its default 1, and the floor at each
+# size, on one cluster sized for 40,000 pods (.cluster-bench/); about 90 minutes.
+bench-scale: binaries
+	hack/bench --scaling 200,1000,5000 --qps unlimited --compare upstream --timeout 3600 \
+		$(BENCH_SCALE_ARGS)
 
 # The training-progress benchmark (docs/benchmarks.md#training-progress): 200 TFJobs of
 # 8 workers, every pod reporting every 5 s, on a cluster of its own (.cluster-bench-progress/).

@@ -198,6 +198,9 @@ class EventHandler:
     objects they are given (the cache shares them) and must never block."""
 
     on_add: Callable[[JSON], None] | None = None
+    #: Receives what the first list found (objects older than this process); on_add
+    #: when unset. Later relists' adds go to on_add.
+    on_initial_add: Callable[[JSON], None] | None = None
     on_update: Callable[[JSON, JSON], None] | None = None
     #: Receives the final state; after a relist, the last state the cache knew.
     on_delete: Callable[[JSON], None] | None = None
@@ -279,6 +282,12 @@ class Spawner(Protocol):
         """Spawned work not finished yet: ``key``'s, or everyone's."""
         ...
 
+    def wait_for_room(self, key: str, need: int) -> None:
+        """Put ``key`` back on the queue once ``need`` pieces of spawned work have ended
+        (or none is left), for a pass that found the backlog too full; keys are put back
+        in the order they asked, one at a time."""
+        ...
+
 
 class Pacer(Protocol):
     """At most one paced action per key per interval (controller.runtime.pacer.Pacer): a
@@ -315,6 +324,11 @@ class KeyQueue(Protocol):
     """Where event handlers put keys (controller.queue.workqueue.WorkQueue)."""
 
     def add(self, key: str) -> None: ...
+
+    def add_low(self, key: str) -> None:
+        """Add behind every plain add: handed out only while none is queued; a plain add
+        meanwhile moves the key up."""
+        ...
 
     def add_after(self, key: str, delay: float) -> None:
         """Add once ``delay`` has passed; of several pending delays the earliest wins, and

@@ -86,6 +86,15 @@ class RecordingWriter:
         return {"metadata": {"name": name, "resourceVersion": f"patched-{len(self.patched)}"}}
 
 
+def take_all(queue: WorkQueue[str]) -> list[str]:
+    """Every key queued now, each taken and done."""
+    out = []
+    while (item := queue.get_nowait()) is not None:
+        queue.done(item)
+        out.append(item)
+    return out
+
+
 class ReconcilerWorld:
     """A TFJobReconciler over in-memory stores, with the production queue and background
     work (run them with ``running()``)."""

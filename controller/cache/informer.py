@@ -136,6 +136,7 @@ class Informer:
         self._handlers: list[EventHandler] = []
         self._synced: anyio.Event | None = None
         self._has_synced = False
+        self._list_seconds = 0.0
         self._rv = ""
         self._log = log.bind(informer=name)
         #: counters for tests and metrics: how often each path ran
@@ -258,7 +259,12 @@ class Informer:
 
     async def _list_and_replace(self) -> None:
         self.stats["lists"] += 1
+        started = self._clock.monotonic()
         fresh, rv = await self._list_all()
+        self._list_seconds = self._clock.monotonic() - started
+        # client-go's isInInitialList: what the first list finds was there before this
+        # process, which a handler may rank below what happens from now on
+        initial = not self._has_synced
         with gc_paused():
             result = self.store.replace_keyed(fresh)
         self._rv = rv
@@ -274,13 +280,18 @@ class Informer:
         for old, new in result.updated:
             self._dispatch_update(old, new)
         for obj in result.added:
-            self._dispatch_add(obj)
+            self._dispatch_add(obj, initial=initial)
 
     def _mark_synced(self) -> None:
         self._has_synced = True
         if self._synced is not None:
             self._synced.set()
-        self._log.info("cache synced", count=len(self.store), resource_version=self._rv)
+        self._log.info(
+            "cache synced",
+            count=len(self.store),
+            resource_version=self._rv,
+            list_seconds=round(self._list_seconds, 3),
+        )
 
     # ---- watch --------------------------------------------------------------------
 
@@ -344,10 +355,11 @@ class Informer:
         except Exception:  # one bad handler must not stop the informer
             self._log.exception("event handler failed", handler=what)
 
-    def _dispatch_add(self, obj: JSON) -> None:
+    def _dispatch_add(self, obj: JSON, *, initial: bool = False) -> None:
         for h in self._handlers:
-            if h.on_add is not None:
-                self._call("add", h.on_add, obj)
+            on_add = h.on_initial_add if initial and h.on_initial_add is not None else h.on_add
+            if on_add is not None:
+                self._call("add", on_add, obj)
 
     def _dispatch_update(self, old: JSON, new: JSON) -> None:
         if resource_version_of(old) == resource_version_of(new):

@@ -10,6 +10,13 @@ State is three structures whose invariant is that every item in ``queue`` is in
 ``dirty`` and not in ``processing``. All bookkeeping is synchronous; only ``get`` (and
 the delay loop ``run``) await.
 
+Two lanes: ``add_low`` queues an item behind every plain ``add``; the low lane is handed
+out only while the first is empty, each lane in the order of its adds. A plain ``add`` of
+an item waiting in the low lane moves it to the end of the first (client-go has no such
+lane; a new leader uses it to put the jobs that wait for it before the ones that run).
+The low lane's entries carry an entry number, and an entry whose number is no longer the
+item's is skipped when reached, so a move is O(1).
+
 Delays: ``add_after`` parks an item until its time, keeping the EARLIEST time when an
 item is parked twice. Parked items are released by ``run()``, which must be running
 (the runtime starts it next to the workers); it also wakes every ``heartbeat`` seconds
@@ -97,6 +104,9 @@ class WorkQueue(Generic[T]):
         self._heartbeat = heartbeat
 
         self._queue: deque[T] = deque()
+        self._low: deque[tuple[T, int]] = deque()
+        #: items queued in the low lane (or to be, when their pass is done): entry number
+        self._low_entry: dict[T, int] = {}
         self._dirty: set[T] = set()
         self._processing: set[T] = set()
         self._shutting_down = False
@@ -112,7 +122,12 @@ class WorkQueue(Generic[T]):
     # ---- core queue -------------------------------------------------------------
 
     def add(self, item: T) -> None:
-        if self._shutting_down or item in self._dirty:
+        if self._shutting_down:
+            return
+        if item in self._dirty:
+            if self._low_entry.pop(item, None) is not None and item not in self._processing:
+                self._queue.append(item)
+                self._signal_not_empty()
             return
         self._dirty.add(item)
         self._metrics.add(item)
@@ -122,6 +137,19 @@ class WorkQueue(Generic[T]):
         self._queue.append(item)
         self._signal_not_empty()
 
+    def add_low(self, item: T) -> None:
+        """Queue ``item`` behind every plain add; nothing if it is queued already."""
+        if self._shutting_down or item in self._dirty:
+            return
+        self._dirty.add(item)
+        self._metrics.add(item)
+        entry = next(self._seq)
+        self._low_entry[item] = entry
+        if item in self._processing:
+            return
+        self._low.append((item, entry))
+        self._signal_not_empty()
+
     def _signal_not_empty(self) -> None:
         if self._not_empty is not None:
             self._not_empty.set()
@@ -129,9 +157,16 @@ class WorkQueue(Generic[T]):
 
     def get_nowait(self) -> T | None:
         """Take the next item, or None when nothing is queued."""
-        if not self._queue:
-            return None
-        item = self._queue.popleft()
+        if self._queue:
+            item = self._queue.popleft()
+        else:
+            while True:
+                if not self._low:
+                    return None
+                item, entry = self._low.popleft()
+                if self._low_entry.get(item) == entry:
+                    del self._low_entry[item]
+                    break
         self._dirty.discard(item)
         self._processing.add(item)
         self._metrics.get(item)
@@ -153,14 +188,19 @@ class WorkQueue(Generic[T]):
         self._processing.discard(item)
         self._metrics.done(item)
         if item in self._dirty:
-            self._queue.append(item)
+            entry = self._low_entry.get(item)
+            if entry is None:
+                self._queue.append(item)
+            else:
+                self._low.append((item, entry))
             self._signal_not_empty()
         elif not self._processing and self._drained is not None:
             self._drained.set()
 
     def __len__(self) -> int:
-        """Queued items (informational: never gate add or get on it)."""
-        return len(self._queue)
+        """Queued items, both lanes (informational: never gate add or get on it)."""
+        held = sum(1 for item in self._processing if item in self._low_entry)
+        return len(self._queue) + len(self._low_entry) - held
 
     @property
     def processing(self) -> int:

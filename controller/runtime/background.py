@@ -31,6 +31,13 @@ with ``begin``/``end``, so a pass belongs to the batch of the work it spawns.
   create may land all the same with its answer lost. Other keys' work no longer waits
   behind the dropped: at 20 QPS a deleted 1,000-replica job's queued creates held
   everyone else's for 50 s.
+- ``wait_for_room(key, need)`` is for a pass that found the backlog too full to hand
+  off its work: the key is put back (``add_after(key, 0)``) once ``need`` pieces of
+  anyone's work have ended since it asked, or at once when the backlog empties. Keys
+  waiting are put back in the order they asked, one at a time: each ended piece is a
+  credit towards the first waiter only, and credit with nobody waiting is dropped. So a
+  full backlog costs a waiting job one pass, not one a second (5,000 jobs polling it made
+  60,000 passes a minute).
 - ``spawn`` needs ``run()`` to be running (the Controller runs it beside its workers);
   work still running when it is cancelled (lease lost, shutdown) is cancelled with it.
 """
@@ -107,6 +114,10 @@ class Background(Generic[K]):
         self._tg: TaskGroup | None = None
         self._idle: anyio.Event | None = None
         self._work = 0
+        #: keys waiting for room (wait_for_room), in the order they asked, with their need
+        self._room_waiters: deque[tuple[K, int]] = deque()
+        self._room_waiting: set[K] = set()
+        self._room_credit = 0
 
     def pending(self, key: K) -> bool:
         return key in self._batches
@@ -117,6 +128,31 @@ class Background(Generic[K]):
             return self._work
         batch = self._batches.get(key)
         return batch.work if batch is not None else 0
+
+    @property
+    def waiting_for_room(self) -> int:
+        return len(self._room_waiters)
+
+    def wait_for_room(self, key: K, need: int) -> None:
+        """Put ``key`` back once ``need`` pieces of work have ended (see the module doc);
+        nothing if it waits already."""
+        if key in self._room_waiting:
+            return
+        self._room_waiters.append((key, max(1, need)))
+        self._room_waiting.add(key)
+        self._wake_room_waiter()
+
+    def _wake_room_waiter(self) -> None:
+        if not self._room_waiters:
+            self._room_credit = 0
+            return
+        key, need = self._room_waiters[0]
+        if self._room_credit < need and self._work:
+            return
+        self._room_waiters.popleft()
+        self._room_waiting.discard(key)
+        self._room_credit = max(0, self._room_credit - need)
+        self._queue.add_after(key, 0.0)
 
     def begin(self, key: K) -> None:
         """A pass of ``key`` starts: it is part of the key's batch until ``end``."""
@@ -197,6 +233,9 @@ class Background(Generic[K]):
             self._batches.clear()
             self._waiting.clear()
             self._work = 0
+            self._room_waiters.clear()
+            self._room_waiting.clear()
+            self._room_credit = 0
             if self._idle is not None:
                 self._idle.set()  # nothing is left to wait for
 
@@ -241,6 +280,9 @@ class Background(Generic[K]):
         queue may see the key again (the drained recheck, a failure's retry)."""
         batch.work -= 1
         self._work -= 1
+        if self._room_waiters:
+            self._room_credit += 1
+            self._wake_room_waiter()
         if put_back and not batch.work:
             if batch.cancelled:
                 # the pass that dropped it waits for this: the key acts again now

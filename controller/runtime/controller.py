@@ -21,6 +21,7 @@ from __future__ import annotations
 import uuid
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskStatus
 
@@ -150,6 +151,10 @@ class Controller:
                 await self.process(key)
             finally:
                 self.queue.done(key)
+            # A pass that needs no I/O never yields: thousands of settled jobs in a row
+            # (a new leader's low lane) would hold the loop, and the watches and the
+            # first lane's jobs with it, for seconds.
+            await anyio.lowlevel.checkpoint()
 
     async def process(self, key: str) -> None:
         """Reconcile one key and apply the result contract (the queue's ``done`` is the

@@ -2,7 +2,7 @@
 
     hack/bench [--jobs 200] [--replicas 8] [--qps unlimited,20/30] [--profile]
                [--compare upstream] [--keep-cluster] [--out bench-out]
-    hack/bench --scaling 50,200,800 [--qps unlimited] [--compare upstream]
+    hack/bench --scaling 200,1000,5000 [--qps unlimited] [--compare upstream]
 
 For every QPS mode, two phases run one after the other on the same local control plane
 (its own cluster directory, default <repo>/.cluster-bench, started with an audit log):
@@ -28,8 +28,10 @@ stdout and <out>/results.md, raw numbers to <out>/results.json, a plot of object
 created over time to <out>/created-over-time.png, and with --profile a pyinstrument
 profile of the first controller run to <out>/profile.html and profile.txt.
 
-With --scaling, the controller phases alone run at each job count in the first QPS mode
-(hack/benchmark/scaling.py): CPU per pod, peak RSS and RSS slope per cached object.
+With --scaling, the controller phases and the floor run at each job count in the first
+QPS mode (hack/benchmark/scaling.py, `make bench-scale`): creation against the floor,
+status p99, CPU per pod, peak RSS, RSS slope per cached object, and what the control
+plane needed (hack/benchmark/control_plane.py).
 
 Run as `hack/bench` or `python -m hack.benchmark` from the repository root.
 """

@@ -102,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         "--scaling",
         type=lambda text: sorted({int(x) for x in text.split(",") if x.strip()}),
         default=None,
-        help="comma-separated job counts, e.g. 50,200,800: each controller phase at each"
-        " count, in the first --qps mode only, no floor; CPU per pod, peak RSS and the RSS"
-        " slope per cached object (scaling.md, scaling.json, scaling.png)",
+        help="comma-separated job counts, e.g. 200,1000,5000: each controller phase and the"
+        " floor at each count, in the first --qps mode only; creation and its ratio to the"
+        " floor, status p99, CPU per pod, peak RSS, the RSS slope per cached object and"
+        " what the control plane needed (scaling.md, scaling.json, scaling.png)",
     )
     p.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster up")
     p.add_argument("--out", default=str(REPO / "bench-out"))

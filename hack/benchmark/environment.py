@@ -10,6 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import hack.cluster as cluster_mod
 from hack.benchmark.client import Http
@@ -90,14 +91,30 @@ async def delete_children(http: Http, ns: str, plurals: tuple[str, ...]) -> None
             await http.req("DELETE", path, DELETE_NOW)
 
     for plural in plurals:
-        status, lst = await http.req("GET", f"/api/v1/namespaces/{ns}/{plural}")
-        if status == 200:
-            await asyncio.gather(
-                *(
-                    delete(f"/api/v1/namespaces/{ns}/{plural}/{item['metadata']['name']}")
-                    for item in lst["items"]
-                )
-            )
+        names = await list_names(http, f"/api/v1/namespaces/{ns}/{plural}")
+        await asyncio.gather(
+            *(delete(f"/api/v1/namespaces/{ns}/{plural}/{name}") for name in names)
+        )
+
+
+#: objects a page: one unpaged list of 40,000 pods is half a gigabyte of JSON for the
+#: apiserver to build and the harness to hold
+PAGE = 500
+
+
+async def list_names(http: Http, path: str) -> list[str]:
+    """The names of every object at ``path``, listed a page at a time."""
+    names: list[str] = []
+    token = ""
+    while True:
+        query = f"?limit={PAGE}" + (f"&continue={quote(token, safe='')}" if token else "")
+        status, lst = await http.req("GET", path + query)
+        if status != 200:
+            return names
+        names += [item["metadata"]["name"] for item in lst["items"]]
+        token = (lst.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return names
 
 
 async def wait_no_pods(http: Http, ns: str, limit_s: float) -> float | None:
@@ -105,14 +122,15 @@ async def wait_no_pods(http: Http, ns: str, limit_s: float) -> float | None:
     None past ``limit_s``."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        status, lst = await http.req("GET", f"/api/v1/namespaces/{ns}/pods")
+        # one pod is enough to say some are left
+        status, lst = await http.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=1")
         if status == 200 and not lst["items"]:
             return time.monotonic() - t0
         await asyncio.sleep(0.25)
     return None
 
 
-async def delete_namespace(http: Http, ns: str, limit_s: float = 180) -> None:
+async def delete_namespace(http: Http, ns: str, limit_s: float = 900) -> None:
     """Remove pods and services at once, then the namespace, and wait until it is gone."""
     t0 = time.monotonic()
     await delete_children(http, ns, ("pods", "services"))

@@ -14,6 +14,7 @@ from typing import Any
 from hack.benchmark.audit import audit_offset, audit_read, summarize_audit
 from hack.benchmark.client import Bucket, Http
 from hack.benchmark.common import FLOOR_UA, HARNESS_UA, Mode, say
+from hack.benchmark.control_plane import ControlPlaneSampler
 from hack.benchmark.environment import Env, create_namespace, delete_namespace
 from hack.benchmark.results import PhaseResult
 from hack.benchmark.workload import job_names, planned_children, tfjob_body
@@ -77,6 +78,8 @@ async def run_floor(
             await asyncio.gather(*(create(c) for c in children))
 
         offset = audit_offset(env)
+        plane = ControlPlaneSampler(env)
+        plane.start()
         say(
             f"[floor {mode.label}] bare client: concurrency {args.floor_concurrency}, "
             f"qps {mode.label}; {n} TFJobs and {2 * n * m} creates into {ns}"
@@ -85,7 +88,8 @@ async def run_floor(
         work = asyncio.ensure_future(asyncio.gather(*(one_job(j) for j in job_names(n))))
         last = t0
         while not work.done():
-            await asyncio.wait({work}, timeout=args.progress)
+            await asyncio.wait({work}, timeout=min(args.progress, 1.0))
+            plane.sample()
             if time.monotonic() - last >= args.progress:
                 last = time.monotonic()
                 say(
@@ -94,10 +98,20 @@ async def run_floor(
                 )
         work.result()
         wall = time.monotonic() - t0
+        control_plane, etcd_db = plane.finish(), plane.etcd_db_size()
         say(f"[floor {mode.label}] done in {wall:.1f}s; reading the audit log")
         events = await audit_read(env, harness, offset)
         reqs = summarize_audit(events, FLOOR_UA, ns)
-        return PhaseResult.measured("floor", mode.label, ns, reqs, 2 * n * m, wall)
+        return PhaseResult.measured(
+            "floor",
+            mode.label,
+            ns,
+            reqs,
+            2 * n * m,
+            wall,
+            control_plane=control_plane,
+            etcd_db=etcd_db,
+        )
     finally:
         await floor.close()
         if cleanup:

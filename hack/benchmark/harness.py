@@ -26,6 +26,7 @@ from hack.benchmark.common import (
     Mode,
     say,
 )
+from hack.benchmark.control_plane import ControlPlaneSampler
 from hack.benchmark.environment import (
     Env,
     create_namespace,
@@ -206,6 +207,8 @@ async def run_controller(
             await asyncio.sleep(0.1)
 
         offset = audit_offset(env)
+        plane = ControlPlaneSampler(env)
+        plane.start()
         ctl = phase.start(env, mode, out)
         await ctl.wait_ready()
         ctl.mark_idle()
@@ -235,6 +238,7 @@ async def run_controller(
         t_created: float | None = None
         while True:
             ctl.sample()
+            plane.sample()
             now = time.monotonic()
             created = len(tr.pods_added) + len(tr.services_added)
             if t_created is None and created >= 2 * n * m:
@@ -262,6 +266,7 @@ async def run_controller(
         # Let trailing writes (a late status write, buffered events) land, then stop it.
         for _ in range(int(args.settle / 0.25)):
             ctl.sample()
+            plane.sample()
             await asyncio.sleep(0.25)
         ctl.sample()
         settled_rss = ctl.rss_samples[-1][1] if ctl.rss_samples else None
@@ -274,6 +279,8 @@ async def run_controller(
         gone = "never" if released_s is None else f"after {released_s:.1f}s"
         say(f"{tag} pods gone {gone}")
         ctl.stop()
+        control_plane = plane.finish()
+        etcd_db = plane.etcd_db_size()
         say(
             f"{tag} controller stopped: cpu {ctl.cpu:.1f}s, "
             f"peak rss {ctl.peak_rss / 2**20:.0f}MB; reading the audit log"
@@ -309,6 +316,8 @@ async def run_controller(
             profiled=profile,
             released_s=released_s,
             title=phase.title,
+            control_plane=control_plane,
+            etcd_db=etcd_db,
         )
     finally:
         if ctl is not None:

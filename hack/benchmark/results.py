@@ -8,6 +8,7 @@ from typing import Any
 
 from hack.benchmark.audit import Requests
 from hack.benchmark.common import pct
+from hack.benchmark.control_plane import Usage
 
 
 @dataclass
@@ -38,6 +39,10 @@ class PhaseResult:
     load: float = field(default_factory=lambda: os.getloadavg()[0])
     #: the report's column for a controller phase ("ours", "upstream, 4 threads")
     title: str = ""
+    #: what each control-plane component used during the phase
+    control_plane: dict[str, Usage] = field(default_factory=dict)
+    #: etcd's database size at the end of the phase (bytes)
+    etcd_db: int | None = None
 
     @classmethod
     def measured(
@@ -74,6 +79,11 @@ class PhaseResult:
             "settled_rss_bytes": self.settled_rss,
             "startup_s": self.startup_s,
             "released_s": self.released_s,
+            "control_plane": {
+                name: {"cpu_s": u.cpu_s, "peak_rss_bytes": u.peak_rss}
+                for name, u in self.control_plane.items()
+            },
+            "etcd_db_bytes": self.etcd_db,
             "requests": {
                 f"{v} {r} {c}": k for (v, r, c), k in sorted(self.requests.by_verb.items())
             },

@@ -1,12 +1,16 @@
-"""--scaling 50,200,800: each controller phase run at several job counts in one QPS mode
-(the first of --qps), on one cluster, to see how CPU and memory grow with the work.
+"""--scaling 200,1000,5000: each controller phase, and the floor, run at several job counts
+in one QPS mode (the first of --qps), on one cluster sized for the largest, to see how
+creation, status, CPU and memory grow with the work.
 
-Per controller and job count: CPU seconds and CPU per pod; peak RSS during the burst;
+Per controller and job count: creation (first submit to the last pod or service
+created, server clock) and its ratio to the floor's at the same count; pod Running to
+the job's status saying so, p99; CPU seconds and CPU per pod; peak RSS during the burst;
 RSS when ready (no TFJob) and once every job succeeded with all its pods and services
 still cached ("settled"). The RSS slope is the least-squares fit of settled RSS against
 the objects the controller caches (N jobs x (M pods + M services + the job)): what each
-cached object costs, without the fixed footprint. Writes <out>/scaling.md,
-<out>/scaling.json and a plot, <out>/scaling.png.
+cached object costs, without the fixed footprint. Per phase also what the control plane
+needed (hack/benchmark/control_plane.py). Writes <out>/scaling.md, <out>/scaling.json and
+a plot, <out>/scaling.png.
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ import argparse
 import json
 from pathlib import Path
 
+from hack.benchmark.common import pct, say
+from hack.benchmark.control_plane import COMPONENTS
 from hack.benchmark.environment import Env
+from hack.benchmark.floor import run_floor
 from hack.benchmark.harness import ControllerPhase, run_controller
 from hack.benchmark.report import fmt
 from hack.benchmark.results import PhaseResult
 
 MB = 2**20
 
-#: controller title -> [(jobs, result)], in the order run
+#: phase title ("ours", "upstream, 4 threads", "floor") -> [(jobs, result)], in run order
 Table = dict[str, list[tuple[int, PhaseResult]]]
+FLOOR = "floor"
 
 
 def cached_objects(jobs: int, replicas: int) -> int:
@@ -58,9 +66,23 @@ async def run_scaling(
     for n in args.scaling:
         args.jobs = n
         for phase in phases:
+            say(f"[scaling] {n} jobs: {phase.title}")
             result = await run_controller(env, args, mode, out, phase)
             table.setdefault(result.title or result.name, []).append((n, result))
+            (out / "scaling.json").write_text(scaling_json(args, table))  # so far
+        say(f"[scaling] {n} jobs: the floor")
+        table.setdefault(FLOOR, []).append((n, await run_floor(env, args, mode)))
+        (out / "scaling.json").write_text(scaling_json(args, table))
+        (out / "scaling.md").write_text(scaling_report(args, table))
     return table
+
+
+def floor_creation(table: Table, jobs: int) -> float | None:
+    return next((r.creation_s for n, r in table.get(FLOOR, []) if n == jobs), None)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def scaling_report(args: argparse.Namespace, table: Table) -> str:
@@ -69,25 +91,48 @@ def scaling_report(args: argparse.Namespace, table: Table) -> str:
         f"### Scaling: {', '.join(map(str, args.scaling))} TFJobs x {args.replicas} replicas,"
         f" QPS {mode}",
         "",
-        "| controller | jobs | pods | cached objects | CPU (s) | CPU per pod (ms) |"
-        " peak RSS (MB) | RSS ready (MB) | RSS settled (MB) | jobs Succeeded |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| controller | jobs | pods | creation (s) | ÷ floor | status p99 (s) | CPU (s)"
+        " | CPU per pod (ms) | peak RSS (MB) | RSS ready (MB) | RSS settled (MB)"
+        " | jobs Succeeded |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for title, runs in table.items():
         for n, r in runs:
             pods = n * args.replicas
+            floor = title == FLOOR
             lines.append(
-                f"| {title} | {n} | {pods} | {cached_objects(n, args.replicas)}"
-                f" | {fmt(r.cpu_s)} | {fmt(r.cpu_s * 1000 / pods if r.cpu_s else None, '.1f')}"
+                f"| {title} | {n} | {pods} | {fmt(r.creation_s, '.1f')}"
+                f" | {'1' if floor else fmt(ratio(r.creation_s, floor_creation(table, n)), '.2f')}"
+                f" | {'' if floor else fmt(pct(r.running_lat, 99), '.2f')}"
+                f" | {'' if floor else fmt(r.cpu_s)}"
+                f" | {'' if floor else fmt(r.cpu_s * 1000 / pods if r.cpu_s else None, '.1f')}"
                 f" | {fmt(r.peak_rss / MB if r.peak_rss else None, '.0f')}"
                 f" | {fmt(r.idle_rss / MB if r.idle_rss else None, '.0f')}"
                 f" | {fmt(r.settled_rss / MB if r.settled_rss else None, '.0f')}"
-                f" | {r.jobs_succeeded}/{n} |"
+                f" | {'' if floor else f'{r.jobs_succeeded}/{n}'} |"
             )
     lines += ["", "| controller | RSS slope per cached object (KB, least squares) |", "|---|---|"]
     for title, runs in table.items():
+        if title == FLOOR:
+            continue
         s = rss_slope(args, runs)
         lines.append(f"| {title} | {fmt(s / 1024 if s is not None else None, '.2f')} |")
+    lines += [
+        "",
+        "What the control plane needed per phase: CPU seconds / peak RSS (MB); etcd's"
+        " database at the end of the phase.",
+        "",
+        "| phase | jobs | " + " | ".join(COMPONENTS) + " | etcd DB (MB) |",
+        "|---|---|" + "---|" * len(COMPONENTS) + "---|",
+    ]
+    for title, runs in table.items():
+        for n, r in runs:
+            cells = []
+            for name in COMPONENTS:
+                u = r.control_plane.get(name)
+                cells.append("" if u is None else f"{u.cpu_s:.0f} / {u.peak_rss / MB:.0f}")
+            db = fmt(r.etcd_db / MB if r.etcd_db else None, ".0f")
+            lines.append(f"| {title} | {n} | " + " | ".join(cells) + f" | {db} |")
     return "\n".join(lines) + "\n"
 
 
@@ -99,7 +144,14 @@ def scaling_json(args: argparse.Namespace, table: Table) -> str:
             "controllers": {
                 title: {
                     "rss_slope_bytes_per_object": rss_slope(args, runs),
-                    "runs": [{"jobs": n, **r.figures()} for n, r in runs],
+                    "runs": [
+                        {
+                            "jobs": n,
+                            "creation_vs_floor": ratio(r.creation_s, floor_creation(table, n)),
+                            **r.figures(),
+                        }
+                        for n, r in runs
+                    ],
                 }
                 for title, runs in table.items()
             },
@@ -116,6 +168,8 @@ def scaling_plot(path: Path, args: argparse.Namespace, table: Table) -> None:
 
     fig, (mem, cpu) = plt.subplots(1, 2, figsize=(12, 4.2))
     for title, runs in table.items():
+        if title == FLOOR:
+            continue
         xs = [cached_objects(n, args.replicas) for n, _ in runs]
         settled = [(r.settled_rss or 0) / MB for _, r in runs]
         peak = [(r.peak_rss or 0) / MB for _, r in runs]

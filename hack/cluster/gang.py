@@ -12,8 +12,15 @@ counts) as its pods and its spec change. Coscheduling tries a gang it turned dow
 only when a PodGroup is added or updated or a pod is added (its EventsToRegister), not
 when a node comes or room frees up. The controller's status writes are such updates:
 when a group's minMember is lowered, when another group's pods finish. Without them
-such a gang could wait for the scheduler's periodic flush of unschedulable pods (5
-minutes).
+such a gang could wait for the scheduler's periodic flush of unschedulable pods.
+
+Coscheduling reads a PodGroup from a cache of its own, not from the informer whose event
+woke the pod, so the retry an update starts can see the group as it was; when the
+controller's status write follows too soon to help, the pod stays unschedulable until
+the scheduler's flush (one CI run saw a job wait past its test's minute after minMember
+was lowered). The flush runs every 30 s for pods unschedulable longer than
+UNSCHEDULABLE_RETRY: upstream's default is 5 minutes, which no test should wait, so the
+local gang scheduler sets 20 s. A gang that cannot fit is only refused again.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ COMPONENTS = (COMPONENT, CONTROLLER)
 SCHEDULER_NAME = "scheduler-plugins-scheduler"
 #: How long Permit holds a group's assumed pods waiting for the rest (upstream: 60 s).
 PERMIT_WAITING_TIME_SECONDS = 5
+#: --pod-max-in-unschedulable-pods-duration of the gang scheduler (see the module doc).
+UNSCHEDULABLE_RETRY = "20s"
+#: The most a pod whose retry read a stale PodGroup waits for the flush: the retry
+#: duration plus the flush's 30 s period, with a margin.
+STALE_RETRY_BOUND_SECONDS = 20 + 30 + 10
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 POD_GROUP_CRD = "podgroups.scheduling.x-k8s.io"
 

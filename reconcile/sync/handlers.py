@@ -11,6 +11,11 @@ once; a child appearing or a pod progressing enqueues it ``PROGRESS_BATCH_SECOND
 later, and a job update that changed only its status (usually our own write) one
 ``STATUS_PACE_SECONDS`` later, unless it is the write a gated pass was waiting to see.
 
+At start-up (the informers' first list), a job whose own object says it runs, is
+suspended or has finished goes to the queue's low lane, and so does every child found:
+a new leader's first passes go to the jobs that wait for it (never started, restarting,
+being deleted, a suspend or resume not yet acted on), not to the thousands that run.
+
 Not at all, while the job's own writes are not all observed: a child appearing that
 leaves it still waiting, or a pod that stays unstarted (scheduled, say). The job's next
 pass could then only report progress (reconcile.sync.tfjob ``_while_creating``), and an
@@ -27,12 +32,14 @@ from controller.types import JSON, EventHandler, Expectations, KeyQueue, object_
 from reconcile.objects.pods import (
     LIVE_PHASES,
     PodPhase,
+    has_condition,
     is_terminating,
     is_tracked,
     phase_of,
     restart_count,
     tfjob_owner,
 )
+from reconcile.policy.conditions import FAILED, RESTARTING, RUNNING, SUCCEEDED, SUSPENDED
 from reconcile.sync.keys import (
     own_writes_observed,
     podgroups_key,
@@ -72,6 +79,20 @@ def is_status_only(old: JSON, new: JSON) -> bool:
         return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
     return rest(old) == rest(new)
+
+
+def looks_settled(job: JSON) -> bool:
+    """What a job's own object says of it at start-up: running, suspended or finished,
+    with nothing asked of it since (no deletion, no suspend or resume pending). Only a
+    ranking: such a job still gets its pass, after the others."""
+    if job["metadata"].get("deletionTimestamp"):
+        return False
+    if has_condition(job, SUCCEEDED) or has_condition(job, FAILED):
+        return True
+    suspend = ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True
+    if suspend or has_condition(job, SUSPENDED):
+        return suspend and has_condition(job, SUSPENDED)
+    return has_condition(job, RUNNING) and not has_condition(job, RESTARTING)
 
 
 def is_unstarted(pod: JSON) -> bool:
@@ -117,7 +138,17 @@ def _child_handler(
                 expectations.deletion_observed(releases_key(key), obj["metadata"]["uid"])
             queue.add(key)
 
-    return EventHandler(on_add=on_add, on_update=on_update, on_delete=on_delete)
+    def on_initial_add(obj: JSON) -> None:
+        # a child found at start-up: its job gets a pass anyway, ranked by the job's own
+        # object (job_handler); only the expectations need the child
+        key = owner_job_key(obj)
+        if key:
+            expectations.creation_observed(exp_key(key))
+            queue.add_low(key)
+
+    return EventHandler(
+        on_add=on_add, on_initial_add=on_initial_add, on_update=on_update, on_delete=on_delete
+    )
 
 
 def pod_handler(expectations: Expectations, queue: KeyQueue) -> EventHandler:
@@ -135,11 +166,21 @@ def podgroup_handler(expectations: Expectations, queue: KeyQueue) -> EventHandle
 
 
 def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics) -> EventHandler:
-    def on_add(obj: JSON) -> None:
+    def seen(obj: JSON) -> str:
         key = object_key(obj["metadata"].get("namespace"), obj["metadata"]["name"])
         expectations.observe_resource_version(key, obj["metadata"].get("resourceVersion", ""))
         metrics.job_seen(obj)
-        queue.add(key)
+        return key
+
+    def on_add(obj: JSON) -> None:
+        queue.add(seen(obj))
+
+    def on_initial_add(obj: JSON) -> None:
+        key = seen(obj)
+        if looks_settled(obj):
+            queue.add_low(key)
+        else:
+            queue.add(key)
 
     def on_update(old: JSON, new: JSON) -> None:
         key = object_key(new["metadata"].get("namespace"), new["metadata"]["name"])
@@ -156,4 +197,6 @@ def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics
     def on_delete(obj: JSON) -> None:
         queue.add(object_key(obj["metadata"].get("namespace"), obj["metadata"]["name"]))
 
-    return EventHandler(on_add=on_add, on_update=on_update, on_delete=on_delete)
+    return EventHandler(
+        on_add=on_add, on_initial_add=on_initial_add, on_update=on_update, on_delete=on_delete
+    )

@@ -56,7 +56,7 @@ from reconcile.policy import conditions as cond
 from reconcile.policy.failures import CreateFailures
 from reconcile.policy.gang import priority_class_of
 from reconcile.policy.tracking import strays
-from reconcile.sync.child_writes import ChildWrites
+from reconcile.sync.child_writes import MAX_JOB_BACKLOG, ChildWrites
 from reconcile.sync.keys import (
     expectation_keys,
     own_writes_observed,
@@ -84,8 +84,10 @@ UNSATISFIED_RECHECK_SECONDS = 5.0
 #: job would hold every other job, the probes and the lease renewal for 100+ ms a pass.
 #: Off the loop it takes the GIL in turns (every 5 ms), so the loop keeps running.
 PLAN_OFF_LOOP_OBJECTS = 200
-#: How soon a job whose creates found the background backlog full looks again.
-BACKLOG_RECHECK_SECONDS = 1.0
+#: How soon a job whose creates found the background backlog full looks again if the
+#: spawner has not put it back (``Spawner.wait_for_room`` does, as the backlog drains):
+#: only a safety net.
+BACKLOG_RECHECK_SECONDS = 300.0
 #: How long a job's creates may keep failing permanently before the job fails.
 DEFAULT_FAILED_CREATE_GRACE = 120.0
 
@@ -232,7 +234,8 @@ class TFJobReconciler:
         if outcome.deferred:
             structlog.contextvars.bind_contextvars(creates_deferred=outcome.deferred)
         if outcome.deferred and not outcome.handed_off:
-            # The backlog is full of other jobs' creates: look again once it drains.
+            # The backlog is full of other jobs' creates: look again once it has room.
+            self.spawner.wait_for_room(key, min(outcome.deferred, MAX_JOB_BACKLOG))
             requeue_after = min(requeue_after or BACKLOG_RECHECK_SECONDS, BACKLOG_RECHECK_SECONDS)
         return Result(requeue_after=requeue_after)
 

@@ -8,11 +8,14 @@ A job of one worker asks for minAvailable 10, so its PodGroup can never be satis
 must stay Created. Then minAvailable is lowered to 1 and it must run to Succeeded.
 Coscheduling looks at the pod again only on a PodGroup update. The spec change is one,
 but the retry it starts reads the PodGroup from Coscheduling's own cache, which may not
-have the new minMember yet; then the pod waits for the scheduler's flush of
-unschedulable pods, 5 minutes. The PodGroup controller (hack/cluster.sh runs
+have the new minMember yet. The PodGroup controller (hack/cluster.sh runs
 scheduler-plugins' own beside the scheduler) makes a second update once the group can
-leave Pending, after that cache has the spec: the whole test must finish within
-DEADLINE.
+leave Pending, usually after that cache has the spec: the whole test then finishes
+within DEADLINE. Our part is timed on its own: the PodGroup's minMember follows the job
+within OUR_PART seconds. When both retries read the old group, the pod waits for the
+scheduler's flush of unschedulable pods (hack/cluster/gang.py: at most
+STALE_RETRY_BOUND_SECONDS here), which the deadline allows for; a failure says which
+part was late.
 
 What differs, and why: kwok runs the pods, so a thread stands in for the training
 container and has worker 0 exit 0 once it runs; the SDK polls every second, not every 15
@@ -27,6 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 from kubeflow.training import (
@@ -47,6 +51,7 @@ from kubernetes.client import (
 )
 
 from tests.cluster.kube import ControllerProcess, Kube, wait_for, wait_namespaces_gone
+from tests.cluster.test_gang import podgroup
 from tests.cluster.test_gang_scheduler import Binds, gang, hold
 from tests.conftest import Cluster
 
@@ -55,8 +60,11 @@ pytestmark = pytest.mark.local_only
 
 JOB_NAME = "tfjob-mnist-ci-test"
 CONTAINER_NAME = "tensorflow"
-#: Seconds the whole test may take, from the first create to the job's Succeeded.
+#: Seconds the whole test takes at most, from the first create to the job's Succeeded,
+#: unless the scheduler's retry read a stale PodGroup (see the module doc).
 DEADLINE = 60.0
+#: Seconds from the job's update to its PodGroup's minMember following it.
+OUR_PART = 10.0
 
 
 @pytest.fixture
@@ -181,7 +189,16 @@ def test_sdk_e2e_with_gang_scheduling(
         client.create_job(job=unschedulable_tfjob, namespace=job_namespace)
         verify_unschedulable_job_e2e(client, JOB_NAME, job_namespace, binds)
 
+        updated = datetime.now()
         client.update_job(schedulable_tfjob, JOB_NAME, job_namespace)
+        wait_for(
+            lambda: (
+                (podgroup(kube, namespace, JOB_NAME) or {}).get("spec", {}).get("minMember") == 1
+            ),
+            OUR_PART,
+            "the PodGroup's minMember lowered to 1",
+        )
+        deadline = DEADLINE + gang.STALE_RETRY_BOUND_SECONDS
 
         def finish_master() -> None:
             # kwok's pod stands in for training: worker 0 (the master role without a
@@ -192,17 +209,68 @@ def test_sdk_e2e_with_gang_scheduling(
                     for p in kube.pods(namespace, JOB_NAME)
                     if p["status"].get("phase") == "Running"
                 ],
-                DEADLINE,
+                deadline,
                 "the worker Running",
             )
             kube.exit_pod(namespace, f"{JOB_NAME}-worker-0", 0)
 
         finisher = threading.Thread(target=finish_master, daemon=True)
         finisher.start()
-        remaining = DEADLINE - (time.monotonic() - t0)
-        verify_job_e2e(client, JOB_NAME, job_namespace, wait_timeout=max(1, int(remaining)))
+        remaining = deadline - (time.monotonic() - t0)
+        try:
+            verify_job_e2e(client, JOB_NAME, job_namespace, wait_timeout=max(1, int(remaining)))
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{what_waits(cluster, kube, namespace)}") from exc
         finisher.join(5)
         assert binds.count() == 1
-    print(f"the SDK's gang test took {time.monotonic() - t0:.1f}s")
+    took = time.monotonic() - t0
+    print(f"the SDK's gang test took {took:.1f}s")
+    assert took < DEADLINE or stale_retry_seen(cluster, namespace, updated), (
+        f"{took:.1f}s, and the scheduler never tried the pod with the old PodGroup after"
+        f" the update:\n{what_waits(cluster, kube, namespace)}"
+    )
     client.delete_job(JOB_NAME, job_namespace)
     wait_for(lambda: not kube.pods(namespace, JOB_NAME), 30, "the job's pods collected")
+
+
+def scheduler_log(cluster: Cluster, namespace: str) -> list[str]:
+    """The gang scheduler's log lines about the test's pod."""
+    path = cluster.dir / "logs" / f"{gang.COMPONENT}.log"
+    pod = f"{namespace}/{JOB_NAME}-worker-0"
+    return [ln for ln in path.read_text(errors="replace").splitlines() if pod in ln]
+
+
+def logged_at(line: str, year: int) -> datetime | None:
+    """A klog line's time ("E1206 02:34:57.187180 ..."), in the machine's local time."""
+    try:
+        return datetime.strptime(f"{year} {line[1:21]}", "%Y %m%d %H:%M:%S.%f")
+    except ValueError:
+        return None
+
+
+def stale_retry_seen(cluster: Cluster, namespace: str, since: datetime) -> bool:
+    """Whether the scheduler turned the pod down for minMember 10 after ``since`` (the
+    job's update): a retry that read the old group."""
+    return any(
+        (at := logged_at(ln, since.year)) is not None and at >= since
+        for ln in scheduler_log(cluster, namespace)
+        if "minMember of group: 10" in ln
+    )
+
+
+def what_waits(cluster: Cluster, kube: Kube, namespace: str) -> str:
+    group = podgroup(kube, namespace, JOB_NAME) or {}
+    pods = [
+        {
+            "name": p["metadata"]["name"],
+            "node": p["spec"].get("nodeName"),
+            "phase": p["status"].get("phase"),
+            "conditions": p["status"].get("conditions"),
+        }
+        for p in kube.pods(namespace, JOB_NAME)
+    ]
+    return (
+        f"PodGroup spec {group.get('spec')} status {group.get('status')}\n"
+        f"pods {pods}\n"
+        "scheduler log:\n" + "\n".join(scheduler_log(cluster, namespace)[-10:])
+    )

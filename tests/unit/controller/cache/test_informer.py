@@ -252,3 +252,27 @@ def test_backoff(gaps: list[float], expected_bases: list[float]) -> None:
         clock.advance(gap)
         delay = backoff.next_delay()
         assert base <= delay < 2 * base
+
+
+async def test_first_list_goes_to_on_initial_add_later_adds_to_on_add(clock: FakeClock) -> None:
+    src = ScriptedSource()
+    src.add_list([pod("old", "1")], "10")
+    src.add_watch(ev("ADDED", pod("watched", "11")), errors.Gone(410, "Expired", "too old"))
+    src.add_list([pod("old", "1"), pod("watched", "11"), pod("relisted", "12")], "20")
+    seen: list[tuple[str, str]] = []
+    inf = Informer(src, name="pods", clock=clock, rng=random.Random(7), page_size=2)
+    inf.add_handler(
+        EventHandler(
+            on_add=lambda o: seen.append(("add", o["metadata"]["name"])),
+            on_initial_add=lambda o: seen.append(("initial", o["metadata"]["name"])),
+        )
+    )
+    plain: list[str] = []
+    inf.add_handler(EventHandler(on_add=lambda o: plain.append(o["metadata"]["name"])))
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(5):
+            await tg.start(inf.run)
+        await until(lambda: len(src.watch_calls) == 2)
+        tg.cancel_scope.cancel()
+    assert seen == [("initial", "old"), ("add", "watched"), ("add", "relisted")]
+    assert plain == ["old", "watched", "relisted"], "without on_initial_add: on_add"

@@ -236,3 +236,82 @@ async def test_delay_loop_exits_on_shutdown(clock: FakeClock) -> None:
             q.add_after("a", 100.0)
             await anyio.wait_all_tasks_blocked()
             q.shut_down()
+
+
+# ---- the low lane -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ops", "expected"),
+    [
+        pytest.param(
+            [("low", "a"), ("low", "b"), ("add", "c")], ["c", "a", "b"], id="plain-adds-first"
+        ),
+        pytest.param(
+            [("low", "a"), ("low", "b"), ("low", "c"), ("add", "b")],
+            ["b", "a", "c"],
+            id="plain-add-moves-a-low-item-up",
+        ),
+        pytest.param(
+            [("add", "a"), ("low", "a"), ("low", "b")], ["a", "b"], id="low-add-never-moves-down"
+        ),
+        pytest.param(
+            [("low", "a"), ("low", "a"), ("low", "b")], ["a", "b"], id="low-dedups-keeps-first"
+        ),
+        pytest.param(
+            [("low", "a"), ("add", "x"), ("add", "a"), ("low", "a"), ("low", "b")],
+            ["x", "a", "b"],
+            id="moved-item-leaves-no-second-entry",
+        ),
+    ],
+)
+def test_low_lane_order(ops: list[tuple[str, str]], expected: list[str]) -> None:
+    q = WorkQueue[str]()
+    for op, item in ops:
+        (q.add if op == "add" else q.add_low)(item)
+    assert len(q) == len(expected)
+    assert drain_now(q) == expected
+    assert len(q) == 0
+
+
+def test_low_item_readded_while_processing_returns_to_its_lane() -> None:
+    q = WorkQueue[str]()
+    q.add_low("a")
+    assert q.get_nowait() == "a"
+    q.add_low("a")
+    assert len(q) == 0, "held by a worker: not counted as queued"
+    q.add_low("b")
+    q.done("a")
+    assert drain_now(q) == ["b", "a"], "back to the end of the low lane"
+
+
+def test_plain_add_while_processing_a_low_item_queues_it_first() -> None:
+    q = WorkQueue[str]()
+    q.add_low("a")
+    q.add_low("b")
+    assert q.get_nowait() == "a"
+    q.add_low("a")
+    q.add("a")
+    q.done("a")
+    assert drain_now(q) == ["a", "b"]
+
+
+async def test_get_wakes_for_a_low_add() -> None:
+    q = WorkQueue[str]()
+    got: list[str] = []
+
+    async def take() -> None:
+        got.append(await q.get())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(take)
+        await anyio.wait_all_tasks_blocked()
+        q.add_low("a")
+    assert got == ["a"]
+
+
+def test_low_add_after_shutdown_is_dropped() -> None:
+    q = WorkQueue[str]()
+    q.shut_down()
+    q.add_low("a")
+    assert q.get_nowait() is None

@@ -11,6 +11,7 @@ from controller.client.flowcontrol import committed
 from controller.clock import FakeClock
 from controller.queue.workqueue import WorkQueue
 from controller.runtime.background import Background
+from tests.fakes import take_all
 
 KEY = "ns/job"
 
@@ -360,3 +361,42 @@ async def test_drop_lets_work_whose_write_went_out_finish() -> None:
         await settle()
         tg.cancel_scope.cancel()
     assert dropped == ["waiting"] and finished == ["sent"]
+
+
+async def test_keys_waiting_for_room_come_back_in_order_as_work_ends() -> None:
+    background, queue = make()
+    gates = [anyio.Event() for _ in range(5)]
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        for gate in gates:
+            background.spawn("other", gated(gate))
+        background.wait_for_room("ns/a", 2)
+        background.wait_for_room("ns/b", 1)
+        background.wait_for_room("ns/a", 2)  # waits already: no second place
+        assert background.waiting_for_room == 2 and take_all(queue) == []
+        gates[0].set()
+        await settle()
+        assert take_all(queue) == [], "one ended of a's two"
+        gates[1].set()
+        await settle()
+        assert take_all(queue) == ["ns/a"] and background.waiting_for_room == 1
+        gates[2].set()
+        await settle()
+        assert take_all(queue) == ["ns/b"] and background.waiting_for_room == 0
+        gates[3].set()
+        await settle()
+        background.wait_for_room("ns/c", 2)  # credit earned while nobody waited is gone
+        assert take_all(queue) == []
+        gates[4].set()
+        await settle()
+        assert take_all(queue) == ["ns/c"], "the backlog emptied: c comes back"
+        tg.cancel_scope.cancel()
+
+
+async def test_a_key_asking_for_room_when_there_is_no_backlog_comes_back_at_once() -> None:
+    background, queue = make()
+    async with anyio.create_task_group() as tg:
+        await tg.start(background.run)
+        background.wait_for_room(KEY, 500)
+        assert take_all(queue) == [KEY] and background.waiting_for_room == 0
+        tg.cancel_scope.cancel()

@@ -430,3 +430,25 @@ async def test_describe_and_the_pending_gauges_say_what_waits_for_a_key() -> Non
         assert ctl.describe("ns/a")["spawned"] == 0
         assert sample(metrics, "controller_background_work", controller="p") == 0
         tg.cancel_scope.cancel()
+
+
+async def test_a_worker_yields_between_passes_that_never_await() -> None:
+    rec = ScriptedReconciler()  # returns at once: a pass with no I/O
+    ctl = Controller("c", rec, workers=1)
+    beats: list[int] = []
+
+    async def other_task() -> None:
+        while len(rec.calls) < 50:
+            beats.append(len(rec.calls))
+            await anyio.lowlevel.checkpoint()
+
+    for i in range(50):
+        ctl.enqueue(f"ns/j{i}")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_task)
+            await tg.start(ctl.run)
+            await other_task()
+            ctl.stop_taking_work()
+    progress = sorted(set(beats))
+    assert len(progress) > 25, f"the loop's other tasks ran between passes: {progress}"

@@ -13,6 +13,7 @@ from controller.runtime.expectations import ControllerExpectations
 from reconcile.sync.handlers import (
     is_progress_only,
     job_handler,
+    looks_settled,
     owner_job_key,
     pod_handler,
     service_handler,
@@ -30,9 +31,13 @@ class Queue:
     def __init__(self) -> None:
         self.now: list[str] = []
         self.later: list[tuple[str, float]] = []
+        self.low: list[str] = []
 
     def add(self, key: str) -> None:
         self.now.append(key)
+
+    def add_low(self, key: str) -> None:
+        self.low.append(key)
 
     def add_after(self, key: str, delay: float) -> None:
         self.later.append((key, delay))
@@ -204,3 +209,62 @@ def test_stalls_and_their_failures_are_counted() -> None:
         metrics.transition(JOB, reason)
     assert metrics.stalled.labels("ns", "tensorflow").value == 2
     assert metrics.failed.labels("ns", "tensorflow").value == 2
+
+
+def cond(kind: str, status: str = "True") -> dict[str, str]:
+    return {"type": kind, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("job", "settled"),
+    [
+        pytest.param(make_tfjob("t").worker(2).obj(), False, id="never-started"),
+        pytest.param(make_tfjob("t").status({"conditions": [cond("Created")]}).obj(), False,
+                     id="created"),
+        pytest.param(make_tfjob("t").status({"conditions": [cond("Created"), cond("Running")]})
+                     .obj(), True, id="running"),
+        pytest.param(make_tfjob("t").status({"conditions": [cond("Running", "False"),
+                     cond("Restarting")]}).obj(), False, id="restarting"),
+        pytest.param(make_tfjob("t").status({"conditions": [cond("Succeeded")]}).obj(), True,
+                     id="succeeded"),
+        pytest.param(make_tfjob("t").status({"conditions": [cond("Failed")]}).obj(), True,
+                     id="failed"),
+        pytest.param(make_tfjob("t").suspend().status({"conditions": [cond("Suspended")]}).obj(),
+                     True, id="suspended"),
+        pytest.param(make_tfjob("t").suspend().status({"conditions": [cond("Running")]}).obj(),
+                     False, id="suspend-not-acted-on"),
+        pytest.param(make_tfjob("t").suspend(False).status({"conditions": [cond("Running"),
+                     cond("Suspended")]}).obj(), False, id="resume-not-acted-on"),
+        pytest.param(make_tfjob("t").deleting().status({"conditions": [cond("Running")]}).obj(),
+                     False, id="being-deleted"),
+        pytest.param(make_tfjob("t").deleting().status({"conditions": [cond("Succeeded")]}).obj(),
+                     False, id="finished-being-deleted"),
+    ],
+)  # fmt: skip
+def test_looks_settled(job: dict[str, Any], settled: bool) -> None:
+    before = repr(job)
+    assert looks_settled(job) is settled
+    assert repr(job) == before
+
+
+def test_start_up_ranks_jobs_by_their_own_object_and_children_low() -> None:
+    exp, queue = world()
+    jobs = job_handler(exp, queue, JobMetrics(Registry()))
+    pods = pod_handler(exp, queue)
+    assert jobs.on_initial_add and jobs.on_add and pods.on_initial_add
+    running = make_tfjob("run").status({"conditions": [cond("Running")]}).obj()
+    pods.on_initial_add(make_pod(running, "Worker", 0).running().obj())
+    jobs.on_initial_add(running)
+    jobs.on_initial_add(make_tfjob("new").obj())
+    assert queue.low == ["ns/run", "ns/run"] and queue.now == ["ns/new"]
+    jobs.on_add(running)  # after start-up: every add is a plain one
+    assert queue.now == ["ns/new", "ns/run"]
+
+
+def test_a_child_found_at_start_up_still_lowers_expectations() -> None:
+    exp, queue = world()
+    handler = service_handler(exp, queue)
+    assert handler.on_initial_add
+    exp.expect_creations(services_key(KEY), 1)
+    handler.on_initial_add(make_service(JOB, "Worker", 0))
+    assert exp.satisfied(services_key(KEY)) and queue.low == [KEY] and queue.now == []

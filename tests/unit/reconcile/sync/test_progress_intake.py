@@ -36,6 +36,9 @@ class Queue:
     def add(self, key: str) -> None:
         self.added.append((key, 0.0))
 
+    def add_low(self, key: str) -> None:
+        self.added.append((key, 0.0))
+
     def add_after(self, key: str, delay: float) -> None:
         self.added.append((key, delay))
 

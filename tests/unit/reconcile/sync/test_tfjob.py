@@ -5,6 +5,7 @@ by the workqueue's backoff."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -17,13 +18,17 @@ from controller.runtime.pacer import Pacer, SlotGate
 from controller.types import Caller
 from reconcile.api.names import MANAGED_BY_MULTIKUEUE
 from reconcile.objects.reporting import progress_path
-from reconcile.sync.child_writes import MAX_JOB_BACKLOG, TERMINATING_NAMESPACE_SECONDS
+from reconcile.sync.child_writes import (
+    MAX_BACKLOG,
+    MAX_JOB_BACKLOG,
+    TERMINATING_NAMESPACE_SECONDS,
+)
 from reconcile.sync.keys import pods_key, services_key
 from reconcile.sync.pacing import STATUS_PACE_SECONDS
 from reconcile.sync.progress import ProgressIntake
-from reconcile.sync.tfjob import DEFAULT_FAILED_CREATE_GRACE
+from reconcile.sync.tfjob import BACKLOG_RECHECK_SECONDS, DEFAULT_FAILED_CREATE_GRACE
 from tests.builders import make_pod, make_service, make_tfjob
-from tests.fakes import ReconcilerWorld
+from tests.fakes import ReconcilerWorld, take_all
 
 KEY = "ns/t"
 FINISHED = {
@@ -547,6 +552,41 @@ async def test_the_create_backlog_is_bounded_and_queued_creates_never_expire() -
     assert len(w.writer.created) == 1000
     counts = Counter(w.writer.created)
     assert max(counts.values()) <= 2 and sum(1 for n in counts.values() if n == 2) == 400
+
+
+async def test_a_job_that_finds_the_backlog_full_is_put_back_as_it_drains() -> None:
+    """Other jobs' creates fill the whole backlog: the job hands off nothing, and instead
+    of polling it waits for room; once as many of those creates have ended as it needs
+    (or the backlog empties), it is on the queue again."""
+    w = ReconcilerWorld(make_tfjob("t").worker(2).obj())
+    gates = [anyio.Event() for _ in range(MAX_BACKLOG)]
+
+    def held(gate: anyio.Event) -> Callable[[], Awaitable[None]]:
+        async def work() -> None:
+            await gate.wait()
+
+        return work
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(w.background.run)
+        for gate in gates:
+            w.background.spawn("ns/other", held(gate))
+        structlog.contextvars.clear_contextvars()
+        result = await w.reconciler.reconcile(KEY)
+        assert structlog.contextvars.get_contextvars()["creates_deferred"] == 4
+        assert result.requeue_after == BACKLOG_RECHECK_SECONDS, "only a safety net"
+        assert w.background.waiting_for_room == 1 and KEY not in take_all(w.queue)
+        for gate in gates[:3]:
+            gate.set()
+        await anyio.wait_all_tasks_blocked()
+        assert KEY not in take_all(w.queue), "three ended, it needs four"
+        gates[3].set()
+        await anyio.wait_all_tasks_blocked()
+        assert KEY in take_all(w.queue)
+        for gate in gates[4:]:
+            gate.set()
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
 
 
 async def test_a_create_whose_answer_was_lost_but_landed_is_not_sent_again() -> None:

@@ -1,0 +1,104 @@
+"""hack/bench --scaling: the report's arithmetic, and the audit log read a chunk at a
+time with only our agents' lines parsed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import orjson
+
+from hack.benchmark import audit
+from hack.benchmark.audit import Requests, _Scan
+from hack.benchmark.common import parse_modes
+from hack.benchmark.control_plane import _DB_SIZE, Usage
+from hack.benchmark.results import PhaseResult
+from hack.benchmark.scaling import FLOOR, Table, scaling_json, scaling_report
+
+
+def result(name: str, creation: float, **extra: object) -> PhaseResult:
+    return PhaseResult(
+        name=name,
+        mode="unlimited",
+        namespace="ns",
+        requests=Requests(),
+        creation_s=creation,
+        expected_objects=0,
+        created_objects=0,
+        wall_s=creation,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def args() -> argparse.Namespace:
+    return argparse.Namespace(scaling=[10, 20], replicas=2, qps=parse_modes("unlimited"))
+
+
+def table() -> Table:
+    return {
+        "ours": [
+            (10, result("ours", 12.0, cpu_s=2.0, running_lat=[0.1] * 98 + [0.9] * 2, jobs_succeeded=10,
+                        settled_rss=100 * 2**20, control_plane={"etcd": Usage(3.0, 50 * 2**20)})),
+            (20, result("ours", 30.0, cpu_s=4.0, jobs_succeeded=20, settled_rss=150 * 2**20)),
+        ],
+        FLOOR: [(10, result("floor", 10.0, etcd_db=64 * 2**20)), (20, result("floor", 20.0))],
+    }  # fmt: skip
+
+
+def test_rows_carry_the_ratio_to_the_floor_at_the_same_size() -> None:
+    lines = scaling_report(args(), table()).splitlines()
+    ours10 = next(ln for ln in lines if ln.startswith("| ours | 10 |"))
+    cells = [c.strip() for c in ours10.split("|")[1:-1]]
+    # controller, jobs, pods, creation, ÷ floor, status p99, CPU, CPU per pod (ms), ...
+    assert cells[:8] == ["ours", "10", "20", "12.0", "1.20", "0.90", "2.0", "100.0"]
+    assert cells[-1] == "10/10"
+    ours20 = next(ln for ln in lines if ln.startswith("| ours | 20 |"))
+    assert [c.strip() for c in ours20.split("|")[1:-1]][4] == "1.50"
+    floor10 = next(ln for ln in lines if ln.startswith("| floor | 10 |"))  # the first table
+    assert [c.strip() for c in floor10.split("|")[1:-1]][3:5] == ["10.0", "1"]
+
+
+def test_the_control_plane_table_and_the_json() -> None:
+    text = scaling_report(args(), table())
+    assert "| ours | 10 | 3 / 50 |" in text
+    assert text.rstrip().endswith("| floor | 20 |  |  |  |  |  | n/a |")
+    assert "| floor | 10 |  |  |  |  |  | 64 |" in text
+    raw = json.loads(scaling_json(args(), table()))
+    runs = raw["controllers"]["ours"]["runs"]
+    assert [r["creation_vs_floor"] for r in runs] == [1.2, 1.5]
+    assert runs[0]["control_plane"]["etcd"] == {"cpu_s": 3.0, "peak_rss_bytes": 50 * 2**20}
+    # two settled points 10 x 5 and 20 x 5 objects apart: 50 MB over 50 objects
+    assert raw["controllers"]["ours"]["rss_slope_bytes_per_object"] == 2**20
+
+
+def line(agent: str, aid: str, stage: str = "ResponseComplete", **extra: object) -> bytes:
+    return orjson.dumps({"auditID": aid, "stage": stage, "userAgent": agent, **extra}) + b"\n"
+
+
+def test_the_scan_keeps_our_agents_lines_across_chunks_up_to_the_marker(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    log = tmp_path / "audit.log"
+    before = line("kwok/v0.8", "skip-before")
+    log.write_bytes(
+        before
+        + line("tfjob-controller/1", "a", stage="RequestReceived", verb="get")
+        + line("kwok/v0.8", "k1")
+        + line("tfjob-controller/1", "a", verb="create")
+        + line("tfjob-bench", "m", requestURI="/api/v1/namespaces/bench-marker-x")
+        + b'{"auditID": "partial", "userAgent":"tfjob-'  # the last line, half written
+    )
+    monkeypatch.setattr(audit, "CHUNK", 100)  # type: ignore[attr-defined]
+    scan = _Scan(log, len(before), b"bench-marker-x")
+    while not scan.found:
+        assert scan.step()
+    assert set(scan.events) == {"a", "m"}
+    assert scan.events["a"]["verb"] == "create", "ResponseComplete wins"
+    assert scan.pos == log.stat().st_size - len(b'{"auditID": "partial", "userAgent":"tfjob-')
+
+
+def test_etcd_db_size_is_read_off_its_metrics() -> None:
+    text = b"# HELP x\netcd_mvcc_db_total_size_in_bytes 6.7108864e+07\netcd_other 1\n"
+    found = _DB_SIZE.search(text)
+    assert found is not None and int(float(found.group(1))) == 64 * 2**20
