@@ -93,7 +93,10 @@ async def start_jobs(http: Http, ns: str, jobs: int, replicas: int) -> list[Pod]
 
     await asyncio.gather(*(create(i) for i in range(jobs)))
     want = jobs * replicas
-    deadline = time.monotonic() + 600
+    # 40,000 pods take kwok and the scheduler many minutes to run; and each look is a
+    # list of every pod, so the larger the run the less often it looks
+    deadline = time.monotonic() + max(600, want / 20)
+    interval = max(3.0, want / 4000)
     while True:
         _, lst = await http.req(
             "GET",
@@ -106,7 +109,7 @@ async def start_jobs(http: Http, ns: str, jobs: int, replicas: int) -> list[Pod]
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {len(running)} of {want} pods running")
         say(f"{len(running)}/{want} pods running")
-        await asyncio.sleep(3)
+        await asyncio.sleep(interval)
     pods = []
     for p in running:
         labels = p["metadata"]["labels"]
