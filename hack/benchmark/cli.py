@@ -107,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         " floor, status p99, CPU per pod, peak RSS, the RSS slope per cached object and"
         " what the control plane needed (scaling.md, scaling.json, scaling.png)",
     )
+    p.add_argument(
+        "--only",
+        type=lambda text: {x.strip() for x in text.split(",") if x.strip()},
+        default=None,
+        help="with --scaling: only these phases, by name (ours, upstream-4t, upstream-1t,"
+        " floor), e.g. to finish a run that was stopped",
+    )
     p.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster up")
     p.add_argument("--out", default=str(REPO / "bench-out"))
     args = p.parse_args(argv)
@@ -145,7 +152,14 @@ def scaling_main(args: argparse.Namespace, out: Path, others: list[ControllerPha
         raise SystemExit("--scaling: job counts must be >= 1")
     env = cluster_up(args, max(args.scaling) * args.replicas)
     phases = [ours_phase(args.controller_threads, False), *others]
-    table = on_cluster(args, run_scaling(args, env, out, phases))
+    only = args.only
+    if only is not None:
+        known = {phase.name for phase in phases} | {"floor"}
+        if only - known:
+            raise SystemExit(f"--only: no phase {sorted(only - known)} (known: {sorted(known)})")
+        phases = [phase for phase in phases if phase.name in only]
+    floor = only is None or "floor" in only
+    table = on_cluster(args, run_scaling(args, env, out, phases, floor=floor))
     if table is None:
         return 130
     text = scaling_report(args, table)

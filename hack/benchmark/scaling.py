@@ -59,7 +59,12 @@ def rss_slope(args: argparse.Namespace, runs: list[tuple[int, PhaseResult]]) -> 
 
 
 async def run_scaling(
-    args: argparse.Namespace, env: Env, out: Path, phases: list[ControllerPhase]
+    args: argparse.Namespace,
+    env: Env,
+    out: Path,
+    phases: list[ControllerPhase],
+    *,
+    floor: bool = True,
 ) -> Table:
     mode = args.qps[0]
     table: Table = {}
@@ -70,8 +75,9 @@ async def run_scaling(
             result = await run_controller(env, args, mode, out, phase)
             table.setdefault(result.title or result.name, []).append((n, result))
             (out / "scaling.json").write_text(scaling_json(args, table))  # so far
-        say(f"[scaling] {n} jobs: the floor")
-        table.setdefault(FLOOR, []).append((n, await run_floor(env, args, mode)))
+        if floor:
+            say(f"[scaling] {n} jobs: the floor")
+            table.setdefault(FLOOR, []).append((n, await run_floor(env, args, mode)))
         (out / "scaling.json").write_text(scaling_json(args, table))
         (out / "scaling.md").write_text(scaling_report(args, table))
     return table

@@ -573,7 +573,11 @@ async def test_a_job_that_finds_the_backlog_full_is_put_back_as_it_drains() -> N
             w.background.spawn("ns/other", held(gate))
         structlog.contextvars.clear_contextvars()
         result = await w.reconciler.reconcile(KEY)
-        assert structlog.contextvars.get_contextvars()["creates_deferred"] == 4
+        logged = structlog.contextvars.get_contextvars()
+        assert logged["creates_deferred"] == 4
+        assert logged["status_deferred"] is True and not w.writer.statuses, (
+            "its first status goes with its first creates"
+        )
         assert result.requeue_after == BACKLOG_RECHECK_SECONDS, "only a safety net"
         assert w.background.waiting_for_room == 1 and KEY not in take_all(w.queue)
         for gate in gates[:3]:
@@ -583,10 +587,15 @@ async def test_a_job_that_finds_the_backlog_full_is_put_back_as_it_drains() -> N
         gates[3].set()
         await anyio.wait_all_tasks_blocked()
         assert KEY in take_all(w.queue)
+        await w.reconciler.reconcile(KEY)  # the pass the backlog put it back for
         for gate in gates[4:]:
             gate.set()
         await anyio.wait_all_tasks_blocked()
         tg.cancel_scope.cancel()
+    assert sorted(w.writer.created) == ["t-worker-0", "t-worker-0", "t-worker-1", "t-worker-1"]
+    assert len(w.writer.statuses) == 1
+    conditions = w.writer.statuses[0]["conditions"]
+    assert [c["type"] for c in conditions] == ["Created"]
 
 
 async def test_a_create_whose_answer_was_lost_but_landed_is_not_sent_again() -> None:
