@@ -114,9 +114,8 @@ class Background(Generic[K]):
         self._tg: TaskGroup | None = None
         self._idle: anyio.Event | None = None
         self._work = 0
-        #: keys waiting for room (wait_for_room), in the order they asked, with their need
-        self._room_waiters: deque[tuple[K, int]] = deque()
-        self._room_waiting: set[K] = set()
+        #: keys waiting for room (wait_for_room), in the order they asked: their need
+        self._room_waiters: dict[K, int] = {}
         self._room_credit = 0
 
     def pending(self, key: K) -> bool:
@@ -136,22 +135,19 @@ class Background(Generic[K]):
     def wait_for_room(self, key: K, need: int) -> None:
         """Put ``key`` back once ``need`` pieces of work have ended (see the module doc);
         nothing if it waits already."""
-        if key in self._room_waiting:
+        if key in self._room_waiters:
             return
-        self._room_waiters.append((key, max(1, need)))
-        self._room_waiting.add(key)
+        self._room_waiters[key] = max(1, need)
         self._wake_room_waiter()
 
     def _wake_room_waiter(self) -> None:
-        if not self._room_waiters:
-            self._room_credit = 0
-            return
-        key, need = self._room_waiters[0]
+        """Wake the first waiter once its credit reaches its need (credit grows by one a
+        call, so none is left over) or the backlog is empty."""
+        key, need = next(iter(self._room_waiters.items()))
         if self._room_credit < need and self._work:
             return
-        self._room_waiters.popleft()
-        self._room_waiting.discard(key)
-        self._room_credit = max(0, self._room_credit - need)
+        del self._room_waiters[key]
+        self._room_credit = 0
         self._queue.add_after(key, 0.0)
 
     def begin(self, key: K) -> None:
@@ -234,7 +230,6 @@ class Background(Generic[K]):
             self._waiting.clear()
             self._work = 0
             self._room_waiters.clear()
-            self._room_waiting.clear()
             self._room_credit = 0
             if self._idle is not None:
                 self._idle.set()  # nothing is left to wait for

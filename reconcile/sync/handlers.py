@@ -39,7 +39,7 @@ from reconcile.objects.pods import (
     restart_count,
     tfjob_owner,
 )
-from reconcile.policy.conditions import FAILED, RESTARTING, RUNNING, SUCCEEDED, SUSPENDED
+from reconcile.policy.conditions import FAILED, RUNNING, SUCCEEDED, SUSPENDED
 from reconcile.sync.keys import (
     own_writes_observed,
     podgroups_key,
@@ -92,7 +92,8 @@ def looks_settled(job: JSON) -> bool:
     suspend = ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True
     if suspend or has_condition(job, SUSPENDED):
         return suspend and has_condition(job, SUSPENDED)
-    return has_condition(job, RUNNING) and not has_condition(job, RESTARTING)
+    # Running and Restarting replace each other (reconcile.policy.conditions)
+    return has_condition(job, RUNNING)
 
 
 def is_unstarted(pod: JSON) -> bool:
