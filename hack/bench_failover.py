@@ -42,6 +42,7 @@ import hack.cluster as cluster_mod
 from hack.bench_progress import cluster_for, job_body, start_jobs
 from hack.benchmark.client import Http, watch
 from hack.benchmark.environment import create_namespace, list_names
+from hack.benchmark.sampling import byte_compile
 
 REPO = cluster_mod.REPO
 UA = "tfjob-bench-failover"
@@ -53,6 +54,7 @@ def say(msg: str) -> None:
 
 
 def ours(d: Path, log: Path, qps: float) -> subprocess.Popen[bytes]:
+    byte_compile()
     with open(log, "ab") as out:
         return subprocess.Popen(
             [

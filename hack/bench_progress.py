@@ -41,6 +41,7 @@ import orjson
 import hack.cluster as cluster_mod
 from hack.benchmark.client import Http
 from hack.benchmark.environment import create_namespace
+from hack.benchmark.sampling import byte_compile
 from hack.run_local import progress_flags
 
 REPO = cluster_mod.REPO
@@ -267,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
     d = cluster_for(".cluster-bench-progress", args.jobs * args.replicas, args.node_pods, say)
     flags = progress_flags(d / "pki")
     metrics_port = cluster_mod.free_port()
+    byte_compile()
     with open(d / "logs" / "bench-progress-controller.log", "wb") as logf:
         ctrl = subprocess.Popen(
             [

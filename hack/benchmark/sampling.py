@@ -18,6 +18,22 @@ import hack.cluster as cluster_mod
 from hack.benchmark.common import REPO, UPSTREAM_UA, Mode
 from hack.benchmark.environment import Env
 
+#: The packages the controller runs from, byte-compiled before it starts (byte_compile).
+PACKAGES = ("controller", "reconcile", "tfjob_controller")
+
+
+def byte_compile(python: str | None = None) -> None:
+    """Write the bytecode of the controller's own packages, as its image ships it
+    (hack/build-controller-image.sh). Run from the source tree with
+    PYTHONDONTWRITEBYTECODE set, every start would compile them again: ~0.2 s of CPU and
+    of start-up in each phase that the deployed controller never pays."""
+    py = python or str(REPO / ".venv" / "bin" / "python")
+    subprocess.run(
+        [py, "-m", "compileall", "-q", *(str(REPO / pkg) for pkg in PACKAGES)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
 
 def client_flags(env: Env, mode: Mode, threads: int, health: int) -> list[str]:
     """The flags both controllers share: the cluster, the mode's QPS, threads, ports."""
@@ -62,6 +78,7 @@ class ControllerProc:
         flags = [*client_flags(env, mode, threads, health), "--log-format=json"]
         py = REPO / ".venv" / "bin" / "python"
         python = str(py) if py.exists() else sys.executable
+        byte_compile(python)
         session = out / "profile.pyisession" if profile else None
         if session:
             argv = [
