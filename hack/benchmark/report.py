@@ -69,6 +69,13 @@ def report(args: argparse.Namespace, runs: list[ModeRun]) -> str:
         ),
     )
     row(
+        "(b) the same, pods started after the last job was submitted (ms)",
+        lambda o, f: (
+            f"{ms(pct(o.running_lat_after_submit, 50))} / {ms(pct(o.running_lat_after_submit, 99))}"
+            f" (n={len(o.running_lat_after_submit)}; submitted in {fmt(o.submit_s, '.1f')} s)"
+        ),
+    )
+    row(
         "(b) chief Succeeded → TFJob Succeeded, p50 / p99 (ms)",
         lambda o, f: (
             f"{ms(pct(o.succeeded_lat, 50))} / {ms(pct(o.succeeded_lat, 99))}"

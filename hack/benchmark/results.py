@@ -23,6 +23,10 @@ class PhaseResult:
     wall_s: float
     jobs_succeeded: int = 0
     running_lat: list[float] = field(default_factory=list)
+    #: the same, for the pods that started after the harness had submitted every job
+    running_lat_after_submit: list[float] = field(default_factory=list)
+    #: how long the harness took to submit the jobs
+    submit_s: float | None = None
     succeeded_lat: list[float] = field(default_factory=list)
     cpu_s: float | None = None
     peak_rss: int | None = None
@@ -72,6 +76,8 @@ class PhaseResult:
             "wall_s": self.wall_s,
             "jobs_succeeded": self.jobs_succeeded,
             "running_latency_s": quantiles(self.running_lat),
+            "submit_s": self.submit_s,
+            "running_latency_after_submit_s": quantiles(self.running_lat_after_submit),
             "succeeded_latency_s": quantiles(self.succeeded_lat),
             "cpu_s": self.cpu_s,
             "peak_rss_bytes": self.peak_rss,

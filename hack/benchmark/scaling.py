@@ -97,10 +97,11 @@ def scaling_report(args: argparse.Namespace, table: Table) -> str:
         f"### Scaling: {', '.join(map(str, args.scaling))} TFJobs x {args.replicas} replicas,"
         f" QPS {mode}",
         "",
-        "| controller | jobs | pods | creation (s) | ÷ floor | status p99 (s) | CPU (s)"
+        "| controller | jobs | pods | creation (s) | ÷ floor | status p99 (s)"
+        " | status p99 after submission (s) | CPU (s)"
         " | CPU per pod (ms) | peak RSS (MB) | RSS ready (MB) | RSS settled (MB)"
         " | jobs Succeeded |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for title, runs in table.items():
         for n, r in runs:
@@ -110,6 +111,7 @@ def scaling_report(args: argparse.Namespace, table: Table) -> str:
                 f"| {title} | {n} | {pods} | {fmt(r.creation_s, '.1f')}"
                 f" | {'1' if floor else fmt(ratio(r.creation_s, floor_creation(table, n)), '.2f')}"
                 f" | {'' if floor else fmt(pct(r.running_lat, 99), '.2f')}"
+                f" | {'' if floor else fmt(pct(r.running_lat_after_submit, 99), '.2f')}"
                 f" | {'' if floor else fmt(r.cpu_s)}"
                 f" | {'' if floor else fmt(r.cpu_s * 1000 / pods if r.cpu_s else None, '.1f')}"
                 f" | {fmt(r.peak_rss / MB if r.peak_rss else None, '.0f')}"

@@ -39,6 +39,7 @@ def table() -> Table:
     return {
         "ours": [
             (10, result("ours", 12.0, cpu_s=2.0, running_lat=[0.1] * 98 + [0.9] * 2, jobs_succeeded=10,
+                        running_lat_after_submit=[0.1] * 99 + [0.5],
                         settled_rss=100 * 2**20, control_plane={"etcd": Usage(3.0, 50 * 2**20)})),
             (20, result("ours", 30.0, cpu_s=4.0, jobs_succeeded=20, settled_rss=150 * 2**20)),
         ],
@@ -50,8 +51,9 @@ def test_rows_carry_the_ratio_to_the_floor_at_the_same_size() -> None:
     lines = scaling_report(args(), table()).splitlines()
     ours10 = next(ln for ln in lines if ln.startswith("| ours | 10 |"))
     cells = [c.strip() for c in ours10.split("|")[1:-1]]
-    # controller, jobs, pods, creation, ÷ floor, status p99, CPU, CPU per pod (ms), ...
-    assert cells[:8] == ["ours", "10", "20", "12.0", "1.20", "0.90", "2.0", "100.0"]
+    # controller, jobs, pods, creation, ÷ floor, status p99, the same after submission,
+    # CPU, CPU per pod (ms), ...
+    assert cells[:9] == ["ours", "10", "20", "12.0", "1.20", "0.90", "0.10", "2.0", "100.0"]
     assert cells[-1] == "10/10"
     ours20 = next(ln for ln in lines if ln.startswith("| ours | 20 |"))
     assert [c.strip() for c in ours20.split("|")[1:-1]][4] == "1.50"
