@@ -76,9 +76,12 @@ async def watch(
     on_event: Any,
     synced: asyncio.Event,
     selector: str | None = None,
+    fields: str | None = None,
 ) -> None:
     """LIST then WATCH ``path`` forever, calling on_event(type, obj, t_monotonic)."""
     params = {"labelSelector": selector} if selector else {}
+    if fields:
+        params["fieldSelector"] = fields
     status, lst = await http.req("GET", path, params=params)
     if status != 200:
         raise RuntimeError(f"list {path}: {status} {lst}")
