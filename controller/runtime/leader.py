@@ -188,6 +188,26 @@ class LeaseElector:
         self._observe(new_spec)
         return True
 
+    async def observe(self) -> None:
+        """Read the lease every retry period without competing for it, until cancelled.
+
+        Run while the caches sync: a holder that died before we started has then been
+        seen unchanged since our first read, and ``acquire()`` takes its lease as soon as
+        that is ``lease_duration`` ago, not ``lease_duration`` after the sync. At 5,000
+        jobs the sync takes 15-20 s, and a replacement for a killed leader sat out a
+        second full lease after it (start to lease 36.5 s; the lease itself is 15 s)."""
+        ns, name = self.namespace, self.name
+        while True:
+            try:
+                lease = await self._bounded(self.renew_deadline, lambda: self._leases.get(ns, name))
+            except errors.ApiError as exc:
+                self._log.debug("lease read failed", error=str(exc))
+            else:
+                spec = dict((lease or {}).get("spec") or {})
+                if lease is not None and spec != self._observed:
+                    self._observe(spec)
+            await self._clock.sleep(self._retry_delay())
+
     def _observe(self, spec: JSON) -> None:
         self._observed = spec
         self._observed_at = self._clock.monotonic()

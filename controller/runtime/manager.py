@@ -3,7 +3,9 @@
 Lifecycle (``Manager.run``), one anyio root task group:
 1. probe/metrics servers, signal handling and informers start; readiness follows
    the informers' sync (the server reads ``has_synced``);
-2. wait for every informer to sync, then for the lease if leader election is on;
+2. wait for every informer to sync, then for the lease if leader election is on (the
+   lease is followed, not sought, while they sync: a dead holder's lease runs out
+   meanwhile);
 3. start the controllers' workers (and the lease renewal);
 4. SIGTERM/SIGINT (or ``stop()``): stop taking work, let in-flight reconciles finish
    within ``drain_timeout``, cancel the rest, release the lease, return 0. A second
@@ -31,6 +33,11 @@ class LeaseHolder(Protocol):
     """What the Manager needs from leader election (controller.runtime.leader.LeaderElector)."""
 
     async def acquire(self) -> None: ...
+
+    async def observe(self) -> None:
+        """Follow the lease without competing for it, until cancelled (while the
+        caches sync), so that ``acquire`` can count a dead holder's lease from then."""
+        ...
 
     async def hold(self) -> None:
         """Keep renewing; return only when the lease is lost."""
@@ -130,8 +137,12 @@ class Manager:
         with anyio.CancelScope() as self._startup_scope:
             if self._stop.is_set():  # a signal arrived before we got here
                 self._startup_scope.cancel()
-            for informer in self.informers:
-                await informer.wait_for_sync()
+            async with anyio.create_task_group() as syncing:
+                if self.elector is not None:
+                    syncing.start_soon(self.elector.observe)
+                for informer in self.informers:
+                    await informer.wait_for_sync()
+                syncing.cancel_scope.cancel()
             log.info("caches synced", informers=[i.name for i in self.informers])
             if self.on_synced is not None:
                 self.on_synced()

@@ -184,6 +184,27 @@ async def test_acquire_retries_through_errors() -> None:
     assert a.leading and leases.holder() == "a"
 
 
+async def test_a_lease_followed_while_the_caches_sync_counts_from_the_first_read() -> None:
+    """A holder that died before we started: its lease runs out while we only follow it
+    (the caches syncing), and the first attempt afterwards takes it, where a candidate
+    that reads it only then must wait a full lease more."""
+    clock, leases = FakeClock(), FakeLeases()
+    assert await elector(leases, clock, "dead").try_acquire_or_renew()
+    written = leases.rv
+    follower, late = elector(leases, clock, "follower"), elector(leases, clock, "late")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follower.observe)
+        began = clock.monotonic()
+        while clock.monotonic() < began + 16:  # 16 s of syncing: reads, never a write
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(0.5)
+        tg.cancel_scope.cancel()
+    assert leases.rv == written and leases.holder() == "dead"
+    assert not await late.try_acquire_or_renew(), "late first saw the lease just now"
+    assert await follower.try_acquire_or_renew()
+    assert leases.holder() == "follower"
+
+
 def test_invalid_timing_rejected() -> None:
     with pytest.raises(ValueError):
         LeaseElector(FakeLeases(), namespace="n", name="l", lease_duration=10, renew_deadline=10)

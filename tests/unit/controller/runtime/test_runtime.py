@@ -208,10 +208,18 @@ class FakeElector:
         self.allow_acquire = anyio.Event()
         self.lose = anyio.Event()
         self.released = 0
+        self.observing = False
 
     async def acquire(self) -> None:
         await self.allow_acquire.wait()
         self.acquired.set()
+
+    async def observe(self) -> None:
+        self.observing = True
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.observing = False
 
     async def hold(self) -> None:
         await self.lose.wait()
@@ -316,6 +324,33 @@ async def test_workers_wait_for_informer_sync() -> None:
         clock.advance(60)
         await until(lambda: rec.calls == ["ns/a"])
         assert manager.caches_synced
+        manager.stop()
+    assert codes == [0]
+
+
+async def test_the_lease_is_followed_while_the_caches_sync_then_sought() -> None:
+    from controller.cache.informer import Informer
+    from tests.unit.controller.fake_source import HANG, ScriptedSource, pod
+
+    src = ScriptedSource()
+    src.add_list_error(errors.ServerError(503, "", "not yet"))
+    src.add_list([pod("a", "1")], "1")
+    src.add_watch(HANG)
+    clock = FakeClock()
+    informer = Informer(src, name="pods", clock=clock)
+    elector = FakeElector()
+    manager = Manager(informers=[informer], elector=elector, handle_signals=False)
+    codes: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_manager, manager, codes)
+        await until(lambda: clock.sleepers == 1)  # the informer backing off
+        assert elector.observing and not manager.caches_synced
+        clock.advance(60)
+        await until(lambda: manager.caches_synced)
+        await anyio.wait_all_tasks_blocked()
+        assert not elector.observing, "following stops once the lease is sought"
+        elector.allow_acquire.set()
+        await until(lambda: manager.leading)
         manager.stop()
     assert codes == [0]
 
