@@ -1,7 +1,8 @@
 """Informer: keep a Store in sync with the apiserver and tell handlers what changed.
 
 State machine (client-go Reflector.ListAndWatch, simplified where noted):
-1. LIST, paginated, as a consistent read (no resourceVersion) and replace the store.
+1. LIST, paginated, as a consistent read (no resourceVersion) and replace the store;
+   the next page is fetched while the last is transformed.
    Objects that vanished since the last list are reported to handlers as deletes
    carrying their last known state. A page whose continue token expired (410)
    restarts the list unpaginated.
@@ -60,7 +61,7 @@ from controller.cache.transforms import strip_managed_fields as strip_managed_fi
 from controller.client.codec import gc_paused
 from controller.client.kube import list_pages
 from controller.clock import SystemClock
-from controller.types import JSON, Clock, ListWatch, object_key
+from controller.types import JSON, Clock, ListPage, ListWatch, object_key
 from controller.types import EventHandler as EventHandler  # re-exported for handlers
 
 log = structlog.get_logger("controller.cache.informer")
@@ -215,23 +216,49 @@ class Informer:
     async def _list_pages(self, limit: int) -> tuple[dict[str, JSON], str]:
         """One list, page by page; the RV is the first page's. A 410 on the first page
         propagates; one on a later page (its continue token expired) raises
-        _ContinueExpired."""
+        _ContinueExpired.
+
+        The next page is asked for while this one is transformed: a task fetches
+        and decodes pages and hands each over as it is taken (no buffer, so at most two
+        pages are held: one being stored, the next decoded). Fetched in turn, the
+        apiserver sat idle while we transformed, and we while it serialized: at 40,000
+        pods the list took 14-18 s."""
         fresh: dict[str, JSON] = {}
         rv: str | None = None
-        pages = list_pages(
-            self._source, self._namespace, self._label_selector, self._field_selector, limit
-        )
-        async with aclosing(pages):
-            try:
-                async for page in pages:
-                    if rv is None:
-                        rv = page.resource_version
-                    self._absorb_page(page.items, fresh)
-                    del page  # the page's raw objects go now, not after the next request
-            except errors.Gone as exc:
+        failure: Exception | None = None
+        send, receive = anyio.create_memory_object_stream[ListPage | Exception]()
+
+        async def fetch() -> None:
+            async with send:
+                pages = list_pages(
+                    self._source,
+                    self._namespace,
+                    self._label_selector,
+                    self._field_selector,
+                    limit,
+                )
+                async with aclosing(pages):
+                    try:
+                        async for page in pages:
+                            await send.send(page)
+                            del page  # the next request goes out without it
+                    except Exception as exc:  # raised by the consumer, in its own frame
+                        await send.send(exc)
+
+        async with anyio.create_task_group() as tg, receive:
+            tg.start_soon(fetch)
+            async for item in receive:
+                if isinstance(item, Exception):
+                    failure = item
+                    break
                 if rv is None:
-                    raise
-                raise _ContinueExpired from exc
+                    rv = item.resource_version
+                self._absorb_page(item.items, fresh)
+                del item  # the page's raw objects go now, not after the next one
+        if isinstance(failure, errors.Gone) and rv is not None:
+            raise _ContinueExpired from failure
+        if failure is not None:
+            raise failure
         return fresh, rv or ""
 
     def _absorb_page(self, raw: list[JSON], fresh: dict[str, JSON]) -> None:

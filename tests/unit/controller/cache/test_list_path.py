@@ -57,6 +57,60 @@ async def test_relist_transforms_only_changed_objects(clock: FakeClock) -> None:
     assert updates == ["b"]
 
 
+class SlowServer(ScriptedSource):
+    """Pages that take the server a moment (a real sleep: the loop runs on) to make."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    async def list_page(self, namespace: str | None = None, **kwargs: Any) -> Any:
+        self.log.append(f"ask {kwargs['continue_token'] or 'first'}")
+        await anyio.sleep(0.01)
+        return await super().list_page(namespace, **kwargs)
+
+
+async def test_the_next_page_is_asked_for_while_this_one_is_transformed(clock: FakeClock) -> None:
+    log: list[str] = []
+    src = SlowServer(log)
+    src.add_list([pod("a", "1"), pod("b", "2")], "10", continue_token="p2")
+    src.add_list([pod("c", "3"), pod("d", "4")], "10", continue_token="p3")
+    src.add_list([pod("e", "5")], "10")
+    src.add_watch(HANG)
+
+    def transform(obj: JSON) -> JSON:
+        log.append(f"transform {obj['metadata']['name']}")
+        return obj
+
+    inf = Informer(src, name="pods", clock=clock, page_size=2, transform=transform)
+    async with anyio.create_task_group() as tg:
+        await tg.start(inf.run)
+        tg.cancel_scope.cancel()
+    assert sorted(o["metadata"]["name"] for o in inf.store.list()) == ["a", "b", "c", "d", "e"]
+    # each page's request is out before the page ahead of it is transformed
+    assert log.index("ask p2") < log.index("transform a")
+    assert log.index("ask p3") < log.index("transform c")
+
+
+async def test_a_failed_page_fails_the_list_once_the_pages_before_it_are_stored(
+    clock: FakeClock,
+) -> None:
+    src = ScriptedSource()
+    src.add_list([pod("a", "1")], "10", continue_token="p2")
+    src.add_list_error(errors.ServerError(500, "", "boom"))
+    src.add_list([pod("a", "1"), pod("b", "2")], "11")  # the list again, after a backoff
+    src.add_watch(HANG)
+    inf = Informer(src, name="pods", clock=clock, rng=random.Random(1), page_size=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(inf.run)
+        await until(lambda: clock.sleepers == 1)  # backing off after the failed list
+        assert not inf.has_synced and inf.store.list() == []
+        clock.advance(60)
+        await until(lambda: inf.has_synced)
+        tg.cancel_scope.cancel()
+    assert sorted(o["metadata"]["name"] for o in inf.store.list()) == ["a", "b"]
+
+
 async def test_transform_once_per_watch_event(clock: FakeClock) -> None:
     src = ScriptedSource()
     src.add_list([], "1")
