@@ -253,7 +253,12 @@ class Informer:
                     break
                 if rv is None:
                     rv = item.resource_version
-                self._absorb_page(item.items, fresh)
+                try:
+                    self._absorb_page(item.items, fresh)
+                except Exception as exc:  # raised below: from inside, a task group's
+                    failure = exc  # exception group would hide it from the log
+                    tg.cancel_scope.cancel()
+                    break
                 del item  # the page's raw objects go now, not after the next one
         if isinstance(failure, errors.Gone) and rv is not None:
             raise _ContinueExpired from failure

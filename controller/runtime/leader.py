@@ -165,9 +165,7 @@ class LeaseElector:
             self._observe(first)
             return True
 
-        spec: dict[str, Any] = dict(lease.get("spec") or {})
-        if spec != self._observed:
-            self._observe(spec)
+        spec = self._note(lease)
         holder = spec.get("holderIdentity") or ""
         mine = holder == self.identity
         if holder and not mine:
@@ -203,10 +201,16 @@ class LeaseElector:
             except errors.ApiError as exc:
                 self._log.debug("lease read failed", error=str(exc))
             else:
-                spec = dict((lease or {}).get("spec") or {})
-                if lease is not None and spec != self._observed:
-                    self._observe(spec)
+                if lease is not None:
+                    self._note(lease)
             await self._clock.sleep(self._retry_delay())
+
+    def _note(self, lease: JSON) -> dict[str, Any]:
+        """The lease's spec, observed anew if it changed since we last saw it."""
+        spec: dict[str, Any] = dict(lease.get("spec") or {})
+        if spec != self._observed:
+            self._observe(spec)
+        return spec
 
     def _observe(self, spec: JSON) -> None:
         self._observed = spec

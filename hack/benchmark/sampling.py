@@ -4,6 +4,7 @@ mode's QPS, optionally under pyinstrument, or the upstream binary (--compare ups
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -22,11 +23,12 @@ from hack.benchmark.environment import Env
 PACKAGES = ("controller", "reconcile", "tfjob_controller")
 
 
+@functools.cache
 def byte_compile(python: str | None = None) -> None:
     """Write the bytecode of the controller's own packages, as its image ships it
     (hack/build-controller-image.sh). Run from the source tree with
     PYTHONDONTWRITEBYTECODE set, every start would compile them again: ~0.2 s of CPU and
-    of start-up in each phase that the deployed controller never pays."""
+    of start-up in each phase that the deployed controller never pays. Once a run."""
     py = python or str(REPO / ".venv" / "bin" / "python")
     subprocess.run(
         [py, "-m", "compileall", "-q", *(str(REPO / pkg) for pkg in PACKAGES)],

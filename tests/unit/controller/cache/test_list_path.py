@@ -111,6 +111,19 @@ async def test_a_failed_page_fails_the_list_once_the_pages_before_it_are_stored(
     assert sorted(o["metadata"]["name"] for o in inf.store.list()) == ["a", "b"]
 
 
+async def test_a_transform_that_fails_fails_the_list_with_its_own_error(clock: FakeClock) -> None:
+    src = ScriptedSource()
+    src.add_list([pod("a", "1")], "10", continue_token="p2")
+    src.add_list([pod("b", "2")], "10")
+
+    def transform(obj: JSON) -> JSON:
+        raise ValueError(f"cannot read {obj['metadata']['name']}")
+
+    inf = Informer(src, name="pods", clock=clock, page_size=1, transform=transform)
+    with pytest.raises(ValueError, match="cannot read a"):  # what the "list failed" log says
+        await inf._list_all()
+
+
 async def test_transform_once_per_watch_event(clock: FakeClock) -> None:
     src = ScriptedSource()
     src.add_list([], "1")

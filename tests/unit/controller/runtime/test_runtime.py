@@ -302,7 +302,8 @@ async def test_stop_while_waiting_for_lease_never_starts_workers() -> None:
     assert rec.calls == []
 
 
-async def test_workers_wait_for_informer_sync() -> None:
+def late_informer(clock: FakeClock) -> Any:
+    """An informer whose first list fails: it syncs once ``clock`` passes its backoff."""
     from controller.cache.informer import Informer
     from tests.unit.controller.fake_source import HANG, ScriptedSource, pod
 
@@ -310,8 +311,12 @@ async def test_workers_wait_for_informer_sync() -> None:
     src.add_list_error(errors.ServerError(503, "", "not yet"))
     src.add_list([pod("a", "1")], "1")
     src.add_watch(HANG)
+    return Informer(src, name="pods", clock=clock)
+
+
+async def test_workers_wait_for_informer_sync() -> None:
     clock = FakeClock()
-    informer = Informer(src, name="pods", clock=clock)
+    informer = late_informer(clock)
     rec = ScriptedReconciler()
     ctl = Controller("c", rec, clock=clock)
     ctl.enqueue("ns/a")
@@ -329,15 +334,8 @@ async def test_workers_wait_for_informer_sync() -> None:
 
 
 async def test_the_lease_is_followed_while_the_caches_sync_then_sought() -> None:
-    from controller.cache.informer import Informer
-    from tests.unit.controller.fake_source import HANG, ScriptedSource, pod
-
-    src = ScriptedSource()
-    src.add_list_error(errors.ServerError(503, "", "not yet"))
-    src.add_list([pod("a", "1")], "1")
-    src.add_watch(HANG)
     clock = FakeClock()
-    informer = Informer(src, name="pods", clock=clock)
+    informer = late_informer(clock)
     elector = FakeElector()
     manager = Manager(informers=[informer], elector=elector, handle_signals=False)
     codes: list[int] = []
