@@ -271,6 +271,7 @@ async def run_controller(
             await asyncio.sleep(0.25)
         ctl.sample()
         settled_rss = ctl.rss_samples[-1][1] if ctl.rss_samples else None
+        settled_cpu = ctl.cpu if ctl.rss_samples else None
         # The pods are deleted (as pod GC or the namespace's deletion would) while the
         # controller runs: each goes once the controller has taken its tracking
         # finalizer off, one patch a pod, counted with the rest of its requests.
@@ -315,6 +316,8 @@ async def run_controller(
             submit_s=submit_s,
             succeeded_lat=succeeded_lat,
             cpu_s=ctl.cpu,
+            cpu_ready_s=ctl.ready_cpu,
+            cpu_settled_s=settled_cpu,
             peak_rss=ctl.peak_rss,
             idle_rss=ctl.idle_rss,
             settled_rss=settled_rss,

@@ -29,6 +29,12 @@ def ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 1000:.0f}"
 
 
+def cpu_parts(r: PhaseResult) -> str:
+    """The start / the work / the end, as PhaseResult.cpu_parts splits the CPU."""
+    parts = r.cpu_parts()
+    return "n/a" if parts is None else " / ".join(f"{v:.1f}" for v in parts)
+
+
 def report(args: argparse.Namespace, runs: list[ModeRun]) -> str:
     """One column per controller phase (one per QPS mode unless --compare), each with
     its mode's floor."""
@@ -126,6 +132,10 @@ def report(args: argparse.Namespace, runs: list[ModeRun]) -> str:
         ),
     )
     row("(d) controller CPU (s)", lambda o, f: fmt(o.cpu_s, ".1f"))
+    row(
+        "(d) controller CPU: start / work / pods' release and stop (s)",
+        lambda o, f: cpu_parts(o),
+    )
     row(
         "(d) controller peak RSS (MB)",
         lambda o, f: fmt(o.peak_rss / 2**20 if o.peak_rss else None, ".0f"),

@@ -29,6 +29,10 @@ class PhaseResult:
     submit_s: float | None = None
     succeeded_lat: list[float] = field(default_factory=list)
     cpu_s: float | None = None
+    #: CPU once ready (the start), and once every job succeeded and the phase settled:
+    #: what is left of cpu_s after it is the pods' release and the stop
+    cpu_ready_s: float | None = None
+    cpu_settled_s: float | None = None
     peak_rss: int | None = None
     #: RSS once ready, before the first TFJob
     idle_rss: int | None = None
@@ -47,6 +51,17 @@ class PhaseResult:
     control_plane: dict[str, Usage] = field(default_factory=dict)
     #: etcd's database size at the end of the phase (bytes)
     etcd_db: int | None = None
+
+    def cpu_parts(self) -> tuple[float, float, float] | None:
+        """CPU seconds of the start (until ready), of the work (until every job
+        succeeded and the phase settled) and of the end (the pods' release, the stop)."""
+        if self.cpu_s is None or self.cpu_ready_s is None or self.cpu_settled_s is None:
+            return None
+        return (
+            self.cpu_ready_s,
+            self.cpu_settled_s - self.cpu_ready_s,
+            self.cpu_s - self.cpu_settled_s,
+        )
 
     @classmethod
     def measured(
@@ -80,6 +95,8 @@ class PhaseResult:
             "running_latency_after_submit_s": quantiles(self.running_lat_after_submit),
             "succeeded_latency_s": quantiles(self.succeeded_lat),
             "cpu_s": self.cpu_s,
+            "cpu_ready_s": self.cpu_ready_s,
+            "cpu_settled_s": self.cpu_settled_s,
             "peak_rss_bytes": self.peak_rss,
             "idle_rss_bytes": self.idle_rss,
             "settled_rss_bytes": self.settled_rss,

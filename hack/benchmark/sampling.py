@@ -71,6 +71,8 @@ class ControllerProc:
         self.peak_rss = 0
         #: RSS once ready (caches synced), before any TFJob: the idle footprint
         self.idle_rss = 0
+        #: CPU seconds once ready: the start (imports, set-up, the first lists)
+        self.ready_cpu: float | None = None
         self.rss_samples: list[tuple[float, int]] = []
         self.cpu = 0.0
 
@@ -130,6 +132,7 @@ class ControllerProc:
         self.sample()
         if self.rss_samples:
             self.idle_rss = self.rss_samples[-1][1]
+            self.ready_cpu = self.cpu
 
     def vm_hwm(self) -> int:
         try:

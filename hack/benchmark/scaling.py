@@ -8,8 +8,9 @@ the job's status saying so, p99; CPU seconds and CPU per pod; peak RSS during th
 RSS when ready (no TFJob) and once every job succeeded with all its pods and services
 still cached ("settled"). The RSS slope is the least-squares fit of settled RSS against
 the objects the controller caches (N jobs x (M pods + M services + the job)): what each
-cached object costs, without the fixed footprint. Per phase also what the control plane
-needed (hack/benchmark/control_plane.py). Writes <out>/scaling.md, <out>/scaling.json and
+cached object costs, without the fixed footprint. The CPU also in three parts: the start,
+the work, and the end (the pods' release and the stop). Per phase also what the control
+plane needed (hack/benchmark/control_plane.py). Writes <out>/scaling.md, <out>/scaling.json and
 a plot, <out>/scaling.png.
 """
 
@@ -24,7 +25,7 @@ from hack.benchmark.control_plane import COMPONENTS
 from hack.benchmark.environment import Env
 from hack.benchmark.floor import run_floor
 from hack.benchmark.harness import ControllerPhase, run_controller
-from hack.benchmark.report import fmt
+from hack.benchmark.report import cpu_parts, fmt
 from hack.benchmark.results import PhaseResult
 
 MB = 2**20
@@ -125,6 +126,18 @@ def scaling_report(args: argparse.Namespace, table: Table) -> str:
             continue
         s = rss_slope(args, runs)
         lines.append(f"| {title} | {fmt(s / 1024 if s is not None else None, '.2f')} |")
+    lines += [
+        "",
+        "The controller's CPU in three parts (s): the start (until its caches synced), the"
+        " work (until every job succeeded and the phase settled), the end (the pods'"
+        " release and the stop).",
+        "",
+        "| controller | jobs | start / work / end |",
+        "|---|---|---|",
+    ]
+    for title, runs in table.items():
+        if title != FLOOR:
+            lines += [f"| {title} | {n} | {cpu_parts(r)} |" for n, r in runs]
     lines += [
         "",
         "What the control plane needed per phase: CPU seconds / peak RSS (MB); etcd's"

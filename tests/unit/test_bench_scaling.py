@@ -39,6 +39,7 @@ def table() -> Table:
     return {
         "ours": [
             (10, result("ours", 12.0, cpu_s=2.0, running_lat=[0.1] * 98 + [0.9] * 2, jobs_succeeded=10,
+                        cpu_ready_s=0.5, cpu_settled_s=1.7,
                         running_lat_after_submit=[0.1] * 99 + [0.5],
                         settled_rss=100 * 2**20, control_plane={"etcd": Usage(3.0, 50 * 2**20)})),
             (20, result("ours", 30.0, cpu_s=4.0, jobs_succeeded=20, settled_rss=150 * 2**20)),
@@ -72,6 +73,16 @@ def test_the_control_plane_table_and_the_json() -> None:
     assert runs[0]["control_plane"]["etcd"] == {"cpu_s": 3.0, "peak_rss_bytes": 50 * 2**20}
     # two settled points 10 x 5 and 20 x 5 objects apart: 50 MB over 50 objects
     assert raw["controllers"]["ours"]["rss_slope_bytes_per_object"] == 2**20
+
+
+def test_the_cpu_in_its_three_parts() -> None:
+    text = scaling_report(args(), table())
+    # start 0.5, work 1.7 - 0.5, end 2.0 - 1.7; a run without the marks says so
+    assert "| ours | 10 | 0.5 / 1.2 / 0.3 |" in text
+    assert "| ours | 20 | n/a |" in text
+    assert "| floor | 10 | n/a |" not in text
+    runs = json.loads(scaling_json(args(), table()))["controllers"]["ours"]["runs"]
+    assert (runs[0]["cpu_ready_s"], runs[0]["cpu_settled_s"]) == (0.5, 1.7)
 
 
 def line(agent: str, aid: str, stage: str = "ResponseComplete", **extra: object) -> bytes:
