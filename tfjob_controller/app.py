@@ -475,6 +475,7 @@ async def run(args: argparse.Namespace) -> int:
             before_release=recorder.flush,
             services=[
                 LoopLagMonitor(metrics.loop_lag.observe, interval=args.loop_lag_interval).run,
+                heap.HeapKeeper(metrics.gc_paused).run,
                 serve_probes(
                     metrics=metrics,
                     metrics_address=args.metrics_bind_address,

@@ -217,6 +217,15 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.gc_pause = Histogram(
+            "python_gc_pause_seconds",
+            "How long each garbage collection stopped the process, by generation"
+            " (2: a full collection)",
+            ["generation"],
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self._gc_pause_by_generation = tuple(self.gc_pause.labels(str(g)) for g in range(3))
         self.events_dropped = Counter(
             "events_dropped_total",
             "Kubernetes Events recorded but not written, by why: buffer_full (more distinct"
@@ -258,6 +267,11 @@ class Metrics:
     def event_dropped(self, why: str) -> None:
         """Pass as EventRecorder's ``on_drop``."""
         self.events_dropped.labels(why).inc()
+
+    def gc_paused(self, generation: int, seconds: float) -> None:
+        """One garbage collection's pause (controller.observability.heap.HeapKeeper)."""
+        if 0 <= generation < len(self._gc_pause_by_generation):
+            self._gc_pause_by_generation[generation].observe(seconds)
 
     def event_recorded(self, type_: str, reason: str) -> None:
         """Pass as EventRecorder's ``on_event``."""
