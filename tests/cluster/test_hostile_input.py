@@ -290,6 +290,8 @@ def test_the_largest_job_allowed_is_created_while_a_small_one_finishes(
         assert big_ctl.proc is not None and big_ctl.proc.poll() is None
         assert metric(text, "leader_election_master_status") == 1, "the lease was kept"
         after = _lag_buckets(text)
+        # the garbage collector's pauses are measured (controller.observability.heap)
+        assert metric(text, "python_gc_pause_seconds_count", generation="0") > 0
         samples = after["+Inf"] - before["+Inf"]
         within = after["0.1"] - before["0.1"]
         fast = after["0.025"] - before["0.025"]

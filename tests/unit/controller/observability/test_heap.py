@@ -96,6 +96,8 @@ def test_each_pause_is_timed_by_generation() -> None:
     assert [g for g, _ in seen][-2:] == [0, 2]
     assert all(s >= 0 for _, s in seen)
     assert k.full >= 1 and k.worst >= 0
+    assert metrics.gc_pause.labels("2").count >= 1, "the full collection in the histogram"
+    assert metrics.gc_pause.labels("0").count >= 1
     text = metrics.registry.expose().decode()
     assert 'python_gc_pause_seconds_count{generation="2"}' in text
 
