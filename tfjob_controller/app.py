@@ -382,6 +382,7 @@ async def run(args: argparse.Namespace) -> int:
             clock=clock,
             on_drop=metrics.event_dropped,
             on_event=metrics.event_recorded,
+            routine=cond.ROUTINE_REASONS,
         )
         # the failed writes an alert watches exist from the first scrape, so an
         # increase() sees their first one (config/prometheus/alerts.yaml)

@@ -13,6 +13,11 @@ controller.types.EventWriter, e.g. ``ResourceClient(api, EVENTS)``):
 - When the buffer holds ``buffer_size`` distinct pending events, new ones are
   dropped and counted in ``dropped``: events are advisory and must not cost memory
   or latency under an event storm. Write failures are logged and dropped, not retried.
+- Except that a burst of routine events must not crowd out the rare ones: the Normal
+  events whose reasons are in ``routine`` (what a controller does as a matter of
+  course, such as a create) are the first to go. When the buffer is full, a Warning or
+  an event of any other reason takes the place of the oldest routine event still
+  pending (the one dropped is counted); a routine event finds no place.
 - A namespace that refuses an event because it is being deleted gets no more events
   for ``mute_seconds``: everything in it is going, and the writer (one write at a
   time) must not spend seconds on refusals while other namespaces' events wait.
@@ -73,6 +78,7 @@ class EventRecorder:
         mute_seconds: float = 300.0,
         on_drop: Callable[[str], None] | None = None,
         on_event: Callable[[str, str], None] | None = None,
+        routine: frozenset[str] = frozenset(),
     ) -> None:
         self._writer = writer
         self.component = component
@@ -82,6 +88,9 @@ class EventRecorder:
         self._cache_size = cache_size
         self._pending: OrderedDict[EventKey, _Pending] = OrderedDict()
         self._written: OrderedDict[EventKey, _Written] = OrderedDict()
+        self._routine = routine
+        #: the pending events that may give their place up, oldest first
+        self._routine_pending: OrderedDict[EventKey, None] = OrderedDict()
         self._wakeup: anyio.Event | None = None
         self._mute_seconds = mute_seconds
         #: namespaces being deleted, and until when their events are dropped unwritten
@@ -118,7 +127,8 @@ class EventRecorder:
         if pending is not None:
             pending.count += 1
             return
-        if len(self._pending) >= self._buffer_size:
+        routine = type_ == "Normal" and reason in self._routine
+        if len(self._pending) >= self._buffer_size and (routine or not self._make_room()):
             self._drop("buffer_full")
             return
         involved = {
@@ -130,8 +140,24 @@ class EventRecorder:
             "resourceVersion": meta.get("resourceVersion", ""),
         }
         self._pending[key] = _Pending(involved, namespace, type_, reason, message, 1)
+        if routine:
+            self._routine_pending[key] = None
         if self._wakeup is not None:
             self._wakeup.set()
+
+    def _make_room(self) -> bool:
+        """Drop the oldest pending routine event, if there is one."""
+        if not self._routine_pending:
+            return False
+        key, _ = self._routine_pending.popitem(last=False)
+        del self._pending[key]
+        self._drop("buffer_full")
+        return True
+
+    def _next(self) -> tuple[EventKey, _Pending]:
+        key, pending = self._pending.popitem(last=False)
+        self._routine_pending.pop(key, None)
+        return key, pending
 
     # ---- background writer ---------------------------------------------------------
 
@@ -143,7 +169,7 @@ class EventRecorder:
         task_status.started()
         while True:
             while self._pending:
-                key, pending = self._pending.popitem(last=False)
+                key, pending = self._next()
                 await self._write(key, pending)
             self._wakeup = anyio.Event()
             await self._wakeup.wait()
@@ -151,7 +177,7 @@ class EventRecorder:
     async def flush(self) -> None:
         """Write everything buffered now (tests and shutdown)."""
         while self._pending:
-            key, pending = self._pending.popitem(last=False)
+            key, pending = self._next()
             await self._write(key, pending)
 
     def _timestamp(self) -> str:

@@ -48,6 +48,12 @@ REASON_RESUMED = "TFJobResumed"
 REASON_FAILED_VALIDATION = "TFJobFailedValidation"
 #: The event (not a condition) of a job deleted after its ttlSecondsAfterFinished.
 REASON_DELETED_JOB = "SuccessfulDeleteJob"
+#: The events of each child written (upstream's reasons, ``Successful<Verb><Kind>``):
+#: one per pod and service, so the events a full buffer drops first
+#: (controller.runtime.events), before any transition or Warning.
+ROUTINE_REASONS = frozenset(
+    f"Successful{verb}{kind}" for verb in ("Create", "Delete") for kind in ("Pod", "Service")
+)
 #: Upstream's (misspelt) reason, kept: users' alerts match it.
 REASON_TEMPLATE_RESTART_POLICY = "SettedPodTemplateRestartPolicy"
 MSG_TEMPLATE_RESTART_POLICY = (

@@ -285,15 +285,17 @@ class TFJobReconciler:
         if rec.reported == inputs:
             structlog.contextvars.bind_contextvars(progress="unchanged")
             return waiting
+        # Paced before it is planned: all this pass could do is write, and the pass the
+        # pace brings back plans from what it finds then.
+        wait = self.memory.pacer.delay(key)
+        if wait > 0:
+            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
+            return Result(requeue_after=wait)
         services = self.caches.services.by_index(CONTROLLER_UID_INDEX, owner)
         view, plan = await self._plan(key, raw, pods, services, status_only=True)
         if plan.status is None or not plan.progress or plan.skip_reason:
             rec.reported = inputs
             return waiting
-        wait = self.memory.pacer.delay(key)
-        if wait > 0:
-            structlog.contextvars.bind_contextvars(status_paced=round(wait, 3))
-            return Result(requeue_after=wait)
         await write_status(self.writers.jobs, self.expectations, key, view, plan.status)
         rec.reported = inputs
         self.memory.pacer.mark(key)

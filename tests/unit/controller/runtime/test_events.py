@@ -93,6 +93,34 @@ async def test_buffer_is_bounded_and_failures_never_raise() -> None:
     assert rec.backlog == 0
 
 
+async def test_a_full_buffer_gives_routine_events_up_first() -> None:
+    w = FakeEvents()
+    why: list[str] = []
+    rec = recorder(w, buffer_size=3, on_drop=why.append, routine=frozenset({"Made"}))
+    rec.event(JOB, "Normal", "Made", "pod 1")
+    rec.event(JOB, "Normal", "Started", "the job runs")
+    rec.event(JOB, "Normal", "Made", "pod 2")
+    rec.event(JOB, "Normal", "Made", "pod 3")  # routine: no place for it
+    rec.event(JOB, "Warning", "Made", "a Warning is never routine")  # takes pod 1's place
+    rec.event(JOB, "Normal", "Succeeded", "the job ended")  # takes pod 2's place
+    rec.event(JOB, "Normal", "Failed", "no routine event left to give way")
+    assert rec.dropped == 4
+    assert why == 4 * ["buffer_full"]
+    await rec.flush()
+    assert [(c[2]["type"], c[2]["message"]) for c in w.calls] == [
+        ("Normal", "the job runs"),
+        ("Warning", "a Warning is never routine"),
+        ("Normal", "the job ended"),
+    ]
+    # once written, a routine event is no longer there to be given up
+    rec.event(JOB, "Normal", "Made", "pod 4")
+    await rec.flush()
+    for i in range(3):
+        rec.event(JOB, "Normal", "Step", f"{i}")
+    rec.event(JOB, "Normal", "Late", "dropped: nothing routine is pending")
+    assert rec.dropped == 5 and rec.backlog == 3
+
+
 async def test_every_event_recorded_is_told_repeats_and_drops_included() -> None:
     told: list[tuple[str, str]] = []
     rec = recorder(FakeEvents(), buffer_size=1, on_event=lambda t, r: told.append((t, r)))

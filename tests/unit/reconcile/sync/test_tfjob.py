@@ -18,6 +18,8 @@ from controller.runtime.pacer import Pacer, SlotGate
 from controller.types import Caller
 from reconcile.api.names import MANAGED_BY_MULTIKUEUE
 from reconcile.objects.reporting import progress_path
+from reconcile.policy import conditions as cond
+from reconcile.sync import tfjob as tfjob_module
 from reconcile.sync.child_writes import (
     MAX_BACKLOG,
     MAX_JOB_BACKLOG,
@@ -133,13 +135,27 @@ async def test_pass_returns_before_its_creates_and_gates_the_next_one() -> None:
         assert len(w.writer.created) == 6
         assert w.queue.waiting == 1
         assert w.events.reasons.count("SuccessfulCreatePod") == 3
+        # what a full event buffer gives up first (controller.runtime.events)
+        made = {r for r in w.events.reasons if r.startswith("SuccessfulCreate")}
+        assert made == {"SuccessfulCreatePod", "SuccessfulCreateService"}
+        assert made <= cond.ROUTINE_REASONS
         assert w.expectations.satisfied(pods_key(KEY))
         tg.cancel_scope.cancel()
 
 
-async def test_progress_is_reported_while_the_jobs_own_creates_are_on_their_way() -> None:
+async def test_progress_is_reported_while_the_jobs_own_creates_are_on_their_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """At 20 QPS a job's first pods run long before its last create is made: their
     progress is written meanwhile, and nothing is planned again."""
+    plans: list[bool] = []
+    real_plan_of = tfjob_module._plan_of
+
+    def counted(*args: Any) -> Any:
+        plans.append(True)
+        return real_plan_of(*args)
+
+    monkeypatch.setattr(tfjob_module, "_plan_of", counted)
     job = make_tfjob("t").chief().worker(2).obj()
     w = ReconcilerWorld(job, hold_creates=True)
     async with anyio.create_task_group() as tg:
@@ -162,12 +178,15 @@ async def test_progress_is_reported_while_the_jobs_own_creates_are_on_their_way(
         assert len(w.writer.statuses) == 2
         assert w.writer.statuses[-1]["replicaStatuses"]["Chief"]["active"] == 1
         assert w.background.backlog(KEY) == backlog and w.writer.created == []
-        # more progress within the pace waits for it
+        # more progress within the pace waits for it, unplanned: the pass the pace
+        # brings back plans from what it finds then
         w.store_status()
         w.pods.upsert(make_pod(job, "Worker", 0).uid("uid-t-worker-0").running().obj())
+        planned = len(plans)
         result = await w.reconciler.reconcile(KEY)
         assert len(w.writer.statuses) == 2
         assert result.requeue_after == pytest.approx(STATUS_PACE_SECONDS)
+        assert len(plans) == planned
         # an outcome (a failed pod) is never written from a waiting pass
         w.clock.advance(1)
         w.pods.upsert(make_pod(job, "Chief", 0).uid("uid-t-chief-0").failed(1).obj())
