@@ -166,7 +166,13 @@ def podgroup_handler(expectations: Expectations, queue: KeyQueue) -> EventHandle
     return _child_handler(podgroups_key, expectations, queue, pods=False)
 
 
-def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics) -> EventHandler:
+def job_handler(
+    expectations: Expectations,
+    queue: KeyQueue,
+    metrics: JobMetrics,
+    *,
+    pace: float = STATUS_PACE_SECONDS,
+) -> EventHandler:
     def seen(obj: JSON) -> str:
         key = object_key(obj["metadata"].get("namespace"), obj["metadata"]["name"])
         expectations.observe_resource_version(key, obj["metadata"].get("resourceVersion", ""))
@@ -190,7 +196,7 @@ def job_handler(expectations: Expectations, queue: KeyQueue, metrics: JobMetrics
         if is_status_only(old, new) and not (awaited and expectations.satisfied(key)):
             # Most likely our own status write: the pass that wrote it is done, and an
             # immediate pass would only write the progress since, one write per pod.
-            queue.add_after(key, STATUS_PACE_SECONDS)
+            queue.add_after(key, pace)
         else:
             # A change of the job itself, or the write a gated pass was waiting to see.
             queue.add(key)
