@@ -28,6 +28,7 @@ async def bench(
     runs = []
     for i, mode in enumerate(args.qps):
         phases = [ours_phase(args.controller_threads, args.profile and i == 0), *others]
+        phases[1:1] = [ours_phase(args.controller_threads, False, x) for x in args.status_pace]
         controllers = [await run_controller(env, args, mode, out, phase) for phase in phases]
         # The last namespace goes with the cluster, unless the cluster stays.
         last = i == len(args.qps) - 1
@@ -114,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --scaling: only these phases, by name (ours, upstream-4t, upstream-1t,"
         " floor), e.g. to finish a run that was stopped",
     )
+    p.add_argument(
+        "--status-pace",
+        type=lambda text: [float(x) for x in text.split(",") if x.strip()],
+        default=[],
+        help="comma-separated seconds, e.g. 0.5: one more phase of ours for each, run with"
+        " that --status-pace (named ours-pace0.5 for --only)",
+    )
     p.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster up")
     p.add_argument("--out", default=str(REPO / "bench-out"))
     args = p.parse_args(argv)
@@ -152,6 +160,7 @@ def scaling_main(args: argparse.Namespace, out: Path, others: list[ControllerPha
         raise SystemExit("--scaling: job counts must be >= 1")
     env = cluster_up(args, max(args.scaling) * args.replicas)
     phases = [ours_phase(args.controller_threads, False), *others]
+    phases[1:1] = [ours_phase(args.controller_threads, False, x) for x in args.status_pace]
     only = args.only
     if only is not None:
         known = {phase.name for phase in phases} | {"floor"}

@@ -50,12 +50,21 @@ class ControllerPhase:
     profiled: bool = False
 
 
-def ours_phase(threads: int, profile: bool) -> ControllerPhase:
+def ours_phase(threads: int, profile: bool, status_pace: float | None = None) -> ControllerPhase:
+    """Ours as it ships, or with ``--status-pace`` set (a phase of its own beside it)."""
+    if status_pace is None:
+        name, title, flags = "ours", "ours", []
+    else:
+        name = f"ours-pace{status_pace:g}"
+        title = f"ours, --status-pace {status_pace:g}"
+        flags = [f"--status-pace={status_pace:g}"]
     return ControllerPhase(
-        "ours",
-        "ours",
+        name,
+        title,
         CONTROLLER_UA,
-        lambda env, mode, out: ControllerProc.ours(env, mode, out, profile, threads),
+        lambda env, mode, out: ControllerProc.ours(
+            env, mode, out, profile, threads, flags, log_name=name
+        ),
         profile,
     )
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
@@ -77,9 +78,18 @@ class ControllerProc:
         self.cpu = 0.0
 
     @classmethod
-    def ours(cls, env: Env, mode: Mode, out: Path, profile: bool, threads: int) -> ControllerProc:
+    def ours(
+        cls,
+        env: Env,
+        mode: Mode,
+        out: Path,
+        profile: bool,
+        threads: int,
+        extra: Sequence[str] = (),
+        log_name: str = "ours",
+    ) -> ControllerProc:
         health = cluster_mod.free_port()
-        flags = [*client_flags(env, mode, threads, health), "--log-format=json"]
+        flags = [*client_flags(env, mode, threads, health), "--log-format=json", *extra]
         py = REPO / ".venv" / "bin" / "python"
         python = str(py) if py.exists() else sys.executable
         byte_compile(python)
@@ -102,7 +112,8 @@ class ControllerProc:
             # profiler of one's choosing (its figures then carry that profiler's overhead)
             wrap = os.environ.get("TFJOB_BENCH_WRAP", "").split()
             argv = [python, *wrap, "-m", "tfjob_controller.app", *flags]
-        return cls(argv, health, out / f"controller-{mode.slug}.log", session)
+        log = f"controller-{mode.slug}.log" if log_name == "ours" else f"{log_name}-{mode.slug}.log"
+        return cls(argv, health, out / log, session)
 
     @classmethod
     def upstream(

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import orjson
+import pytest
 
 from hack.benchmark import audit
 from hack.benchmark.audit import Requests, _Scan
@@ -115,3 +116,29 @@ def test_etcd_db_size_is_read_off_its_metrics() -> None:
     text = b"# HELP x\netcd_mvcc_db_total_size_in_bytes 6.7108864e+07\netcd_other 1\n"
     found = _DB_SIZE.search(text)
     assert found is not None and int(float(found.group(1))) == 64 * 2**20
+
+
+def test_a_status_pace_phase_runs_ours_with_the_flag_under_a_name_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hack.benchmark import sampling
+    from hack.benchmark.harness import ours_phase
+
+    started: list[tuple[list[str], Path]] = []
+
+    def fake_init(self: object, argv: list[str], health: int, log_path: Path, *_: object) -> None:
+        started.append((argv, log_path))
+
+    monkeypatch.setattr(sampling.ControllerProc, "__init__", fake_init)
+    monkeypatch.setattr(sampling, "byte_compile", lambda python: None)
+    env = argparse.Namespace(kubeconfig=tmp_path / "kubeconfig")
+    (mode,) = parse_modes("20/30")
+    shipped, paced = ours_phase(4, False), ours_phase(4, False, 0.5)
+    assert (shipped.name, paced.name) == ("ours", "ours-pace0.5")
+    assert paced.title == "ours, --status-pace 0.5"
+    for phase in (shipped, paced):
+        phase.start(env, mode, tmp_path)  # type: ignore[arg-type]
+    (plain, plain_log), (argv, log) = started
+    assert not any(a.startswith("--status-pace") for a in plain)
+    assert "--status-pace=0.5" in argv and "--kube-api-qps=20" in argv
+    assert (plain_log.name, log.name) == ("controller-qps20.log", "ours-pace0.5-qps20.log")
