@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [float(x) for x in text.split(",") if x.strip()],
         default=[],
         help="comma-separated seconds, e.g. 0.5: one more phase of ours for each, run with"
-        " that --status-pace (named ours-pace0.5 for --only)",
+        " that --status-pace (named ours-pace500ms for --only)",
     )
     p.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster up")
     p.add_argument("--out", default=str(REPO / "bench-out"))

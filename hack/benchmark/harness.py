@@ -55,7 +55,7 @@ def ours_phase(threads: int, profile: bool, status_pace: float | None = None) ->
     if status_pace is None:
         name, title, flags = "ours", "ours", []
     else:
-        name = f"ours-pace{status_pace:g}"
+        name = f"ours-pace{round(status_pace * 1000)}ms"  # a namespace takes no dot
         title = f"ours, --status-pace {status_pace:g}"
         flags = [f"--status-pace={status_pace:g}"]
     return ControllerPhase(

@@ -134,11 +134,11 @@ def test_a_status_pace_phase_runs_ours_with_the_flag_under_a_name_of_its_own(
     env = argparse.Namespace(kubeconfig=tmp_path / "kubeconfig")
     (mode,) = parse_modes("20/30")
     shipped, paced = ours_phase(4, False), ours_phase(4, False, 0.5)
-    assert (shipped.name, paced.name) == ("ours", "ours-pace0.5")
+    assert (shipped.name, paced.name) == ("ours", "ours-pace500ms")
     assert paced.title == "ours, --status-pace 0.5"
     for phase in (shipped, paced):
         phase.start(env, mode, tmp_path)  # type: ignore[arg-type]
     (plain, plain_log), (argv, log) = started
     assert not any(a.startswith("--status-pace") for a in plain)
     assert "--status-pace=0.5" in argv and "--kube-api-qps=20" in argv
-    assert (plain_log.name, log.name) == ("controller-qps20.log", "ours-pace0.5-qps20.log")
+    assert (plain_log.name, log.name) == ("controller-qps20.log", "ours-pace500ms-qps20.log")
