@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import orjson
@@ -135,6 +136,7 @@ def test_a_status_pace_phase_runs_ours_with_the_flag_under_a_name_of_its_own(
     (mode,) = parse_modes("20/30")
     shipped, paced = ours_phase(4, False), ours_phase(4, False, 0.5)
     assert (shipped.name, paced.name) == ("ours", "ours-pace500ms")
+    assert re.fullmatch(r"[a-z0-9-]+", paced.name), "a part of its namespace's name"
     assert paced.title == "ours, --status-pace 0.5"
     for phase in (shipped, paced):
         phase.start(env, mode, tmp_path)  # type: ignore[arg-type]
