@@ -173,13 +173,14 @@ class ChildWrites:
                 log.warning("release failed", pod=pod_key, error=str(e))
                 outcome.errors.append(e)  # the pass is retried
                 return
+            outcome.released += 1
             if (written.get("metadata") or {}).get("resourceVersion") == meta.get(
                 "resourceVersion"
             ):
-                # Unchanged (already released): no watch event will lower it.
+                # The answer is the pod as it was: ours was the last finalizer of a pod
+                # being deleted, which went with it, or it had been let go already.
+                # Either way no MODIFIED event will come to lower the expectation.
                 self._expectations.deletion_observed(exp_key, uid)
-                return
-            outcome.released += 1
 
         return release
 

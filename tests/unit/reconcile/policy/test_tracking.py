@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
+
 from controller.clock import FakeClock
 from controller.queue.workqueue import WorkQueue
 from controller.runtime.expectations import ControllerExpectations
+from controller.types import JSON
 from reconcile.api.spec import read_job
 from reconcile.objects.observed import observe_all
 from reconcile.plan import PlanConfig, Snapshot, compute_plan
@@ -161,6 +164,33 @@ async def test_record_then_release_through_the_reconciler() -> None:
     # not observed yet: the next pass waits instead of patching again
     assert await reconcile(w) == ("awaiting-expectations", UNSATISFIED_RECHECK_SECONDS)
     assert len(w.writer.patched) == 1
+
+
+async def test_a_pod_that_goes_with_its_release_is_counted_and_observed() -> None:
+    """Our finalizer the last on a pod being deleted: the apiserver deletes it and
+    answers with the pod as it was (its old resourceVersion), and no MODIFIED event
+    follows. The pod counts as released, and its release as seen."""
+    w = ReconcilerWorld(make_tfjob("t").chief().worker(1).obj())
+    job = w.jobs.get("ns", "t")
+    assert job is not None
+    w.pods.upsert(make_pod(job, "Chief", 0).running().tracked().obj())
+    pod = make_pod(job, "Worker", 0).succeeded().terminating().tracked().obj()
+    pod = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "41"}}
+    w.pods.upsert(pod)
+    await reconcile(w)
+    w.store_status()
+
+    async def deleted_with_it(namespace: str, name: str, body: Any, **_: Any) -> JSON:
+        w.writer.patched.append((name, body))
+        return {"metadata": {"name": name, "resourceVersion": "41"}}
+
+    w.writer.patch = deleted_with_it  # type: ignore[method-assign]
+    structlog.contextvars.clear_contextvars()
+    await w.reconciler.reconcile("ns/t")
+    assert [name for name, _ in w.writer.patched] == ["t-worker-0"]
+    assert structlog.contextvars.get_contextvars()["released"] == 1
+    structlog.contextvars.clear_contextvars()
+    assert w.expectations.satisfied(releases_key("ns/t")), "no event will come to lower it"
 
 
 async def test_a_recreated_job_first_lets_go_of_the_old_jobs_pods() -> None:
