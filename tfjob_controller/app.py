@@ -52,7 +52,7 @@ from controller.runtime.expectations import ControllerExpectations
 from controller.runtime.leader import LeaseElector, default_identity
 from controller.runtime.manager import Manager
 from controller.runtime.pacer import Pacer
-from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX
+from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX, Clock, EventWriter
 from reconcile.api.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.api.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
@@ -289,6 +289,19 @@ class Budgets:
         self.watches = api.sibling(tick=0.0)  # every informer's lists and watches
 
 
+def event_recorder(writer: EventWriter, clock: Clock, metrics: Metrics) -> EventRecorder:
+    """The controller's events: counted in the metrics, and a full buffer gives up the
+    per-child ones first (reconcile.policy.conditions.ROUTINE_REASONS)."""
+    return EventRecorder(
+        writer,
+        component=CONTROLLER_NAME,
+        clock=clock,
+        on_drop=metrics.event_dropped,
+        on_event=metrics.event_recorded,
+        routine=cond.ROUTINE_REASONS,
+    )
+
+
 def background_limit(settings: ClientSettings) -> int:
     """How many handed-off writes (creates) may be in flight at once: a fifth of the
     connection pool is left to the rest, so at unlimited QPS a status write or an event
@@ -387,14 +400,7 @@ async def run(args: argparse.Namespace) -> int:
             leading=lambda: elector is None or elector.leading,
             own_namespace=args.leader_election_namespace or _pod_namespace(),
         )
-        recorder = EventRecorder(
-            ResourceClient(budgets.events, EVENTS),
-            component=CONTROLLER_NAME,
-            clock=clock,
-            on_drop=metrics.event_dropped,
-            on_event=metrics.event_recorded,
-            routine=cond.ROUTINE_REASONS,
-        )
+        recorder = event_recorder(ResourceClient(budgets.events, EVENTS), clock, metrics)
         # the failed writes an alert watches exist from the first scrape, so an
         # increase() sees their first one (config/prometheus/alerts.yaml)
         for reason in WATCHED_WARNINGS:
