@@ -99,19 +99,28 @@ class ReconcilerWorld:
     """A TFJobReconciler over in-memory stores, with the production queue and background
     work (run them with ``running()``)."""
 
-    def __init__(self, job: JSON, *, hold_creates: bool = False) -> None:
+    def __init__(
+        self, job: JSON, *, hold_creates: bool = False, own_releases: bool = False
+    ) -> None:
         self.clock = FakeClock()
         self.jobs, self.pods, self.services = Store(), Store(), Store()
         self.jobs.upsert(job)
         self.key = key_of(job)
         self.writer = RecordingWriter(hold_creates=hold_creates, on_create=self._observe)
         self.events = RecordingEvents()
+        #: the tracking finalizer's writer, with ``own_releases`` (the app's own budget)
+        self.releases = RecordingWriter()
         self.expectations = ControllerExpectations(self.clock)
         self.queue = WorkQueue[str]("tfjob", clock=self.clock)
         self.background = Background(self.queue, drained_recheck=UNSATISFIED_RECHECK_SECONDS)
         self.reconciler = TFJobReconciler(
             caches=Caches(jobs=self.jobs, pods=self.pods, services=self.services),
-            writers=Writers(jobs=self.writer, pods=self.writer, services=self.writer),
+            writers=Writers(
+                jobs=self.writer,
+                pods=self.writer,
+                services=self.writer,
+                releases=self.releases if own_releases else None,
+            ),
             expectations=self.expectations,
             events=self.events,
             clock=self.clock,

@@ -147,8 +147,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.1,
         help="seconds: requests waiting for the client-side limit (creates, deletes, events)"
         " go out on this shared tick, several per wake-up, at the same rate; status writes"
-        " and watches never wait for it. 0 releases each the moment its token is due"
-        " (default 0.1)",
+        " never wait for it. With a limit, a busy watch is read on half-ticks (each event"
+        " waits at most that long). 0 releases each request the moment its token is due"
+        " and reads each watch event as it comes (default 0.1)",
     )
     p.add_argument(
         "--status-pace",
@@ -267,13 +268,18 @@ LEASE_CLIENT_SETTINGS = ClientSettings(
 
 #: Tokens of the status budget's burst kept for urgent status writes (Budgets).
 STATUS_HIGH_RESERVE = 5
+#: Writes nobody waits for (events, tracking-finalizer removals) that wait for their
+#: budget go out once a second (Budgets), at 20 QPS twenty together, unless the client's
+#: tick is off or longer.
+UNAWAITED_TICK = 1.0
 
 
 class Budgets:
     """The client's siblings (controller.client.api.KubeApi.sibling), one per kind of traffic
-    that upstream sends through a REST client of its own; pod and service writes use the
-    client itself. With --kube-api-qps Q the controller may send up to 4Q requests a
-    second in all (5Q with gang scheduling), plus the Lease's two per retry period."""
+    that upstream sends through a REST client of its own, and one for the tracking
+    finalizer's removals, which upstream does not send; pod and service writes use the
+    client itself. With --kube-api-qps Q the controller may send up to 5Q requests a
+    second in all (6Q with gang scheduling), plus the Lease's two per retry period."""
 
     def __init__(self, api: KubeApi) -> None:
         # Status writes, which users and the next pass wait for, and the informers'
@@ -285,8 +291,27 @@ class Budgets:
         reserve = min(STATUS_HIGH_RESERVE, api.settings.burst // 4)
         self.jobs = api.sibling(tick=0.0, high_reserve=reserve)  # TFJob status, TTL deletes
         self.podgroups = api.sibling()  # gang scheduling's PodGroup writes
-        self.events = api.sibling()
+        # Events and the tracking finalizer's removals (a finished job's pods deleted, a
+        # job deleted): nobody waits for an event, and only a deletion for a removal, so
+        # when many wait they go out a second's worth at a time, and their answers (and
+        # the deletions the removals let through) are read at a few wake-ups instead of
+        # one or two each. The removals have a budget of their own: creates never wait
+        # behind them.
+        tick = api.settings.tick
+        slow = max(tick, UNAWAITED_TICK) if tick > 0 else 0.0
+        self.events = api.sibling(tick=slow)
+        self.releases = api.sibling(tick=slow)
         self.watches = api.sibling(tick=0.0)  # every informer's lists and watches
+
+
+def watch_grid(settings: ClientSettings) -> float:
+    """How the pod and service watches are read: with a client-side limit, a busy one on
+    half-ticks, so its events share the wake-ups of the requests that go out on the
+    tick (the creates whose events they mostly are) and of each other. Without one, as
+    they come: there the process is busy anyway, and a watcher that reads late is one
+    the apiserver may drop. The TFJob watch is always read as events come: a job's
+    passes wait for the echo of its own status write before they plan."""
+    return settings.tick / 2 if settings.qps > 0 and settings.tick > 0 else 0.0
 
 
 def event_recorder(writer: EventWriter, clock: Clock, metrics: Metrics) -> EventRecorder:
@@ -364,7 +389,11 @@ async def run(args: argparse.Namespace) -> int:
             return Informer(ResourceClient(budgets.watches, resource), name=name, **options)
 
         job_informer = watched(TFJOBS, "tfjobs", transform=JOB_TRANSFORM)
-        children: dict[str, Any] = {"label_selector": selector, "indexers": CHILD_INDEXERS}
+        children: dict[str, Any] = {
+            "label_selector": selector,
+            "indexers": CHILD_INDEXERS,
+            "read_grid": watch_grid(settings),
+        }
         pod_informer = watched(PODS, "pods", transform=POD_TRANSFORM, **children)
         service_informer = watched(SERVICES, "services", transform=SERVICE_TRANSFORM, **children)
         informers = [job_informer, pod_informer, service_informer]
@@ -418,6 +447,7 @@ async def run(args: argparse.Namespace) -> int:
                 pods=pods_client,
                 services=services_client,
                 podgroups=podgroups_client,
+                releases=ResourceClient(budgets.releases, PODS),
             ),
             expectations=expectations,
             events=recorder,

@@ -65,8 +65,10 @@ class ChildWrites:
         failures: CreateFailures,
         clock: Clock,
         max_concurrent: int = 64,
+        releases: ObjectWriter | None = None,
     ) -> None:
         self._pods = pods
+        self._releases = releases or pods
         self._services = services
         self._expectations = expectations
         self._events = events
@@ -158,7 +160,7 @@ class ChildWrites:
             uid = meta["uid"]
             patch = release_patch(TRACKING_FINALIZER, uid, retired=retired)
             try:
-                written = await self._pods.patch(
+                written = await self._releases.patch(
                     meta["namespace"], meta["name"], patch, content_type=PATCH_TYPE
                 )
             except (errors.NotFound, errors.Conflict, errors.Invalid):

@@ -16,6 +16,9 @@ class Writers:
     services: ObjectWriter
     #: gang scheduling only (PlanConfig.gang)
     podgroups: ObjectWriter | None = None
+    #: the tracking finalizer's removals (pod patches, reconcile.policy.tracking); None:
+    #: through ``pods``
+    releases: ObjectWriter | None = None
 
 
 @dataclass

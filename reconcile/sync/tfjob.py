@@ -146,6 +146,7 @@ class TFJobReconciler:
             failures=self.memory.failures,
             clock=clock,
             max_concurrent=max_concurrent_writes,
+            releases=writers.releases,
         )
 
     async def reconcile(self, key: str) -> Result:

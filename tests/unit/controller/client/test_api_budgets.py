@@ -48,7 +48,7 @@ async def test_a_sibling_has_its_own_bucket_and_shares_the_connections(apiserver
 async def test_status_writes_and_watches_keep_exact_time_while_the_rest_wait_for_the_tick(
     apiserver: str,
 ) -> None:
-    from tfjob_controller.app import Budgets, client_settings, parse_args
+    from tfjob_controller.app import UNAWAITED_TICK, Budgets, client_settings, parse_args
 
     _, settings = client_settings(parse_args(["--kube-api-tick", "0.25"]))
     tick = settings.tick
@@ -57,9 +57,44 @@ async def test_status_writes_and_watches_keep_exact_time_while_the_rest_wait_for
     try:
         assert budgets.jobs.settings.tick == 0.0, "status writes go out when their token is due"
         assert budgets.watches.settings.tick == 0.0
-        assert budgets.events.settings.tick == tick
+        # nobody waits for an event, and only a deletion for a removal
+        assert budgets.events.settings.tick == UNAWAITED_TICK == 1.0
+        assert budgets.releases.settings.tick == UNAWAITED_TICK
         assert budgets.podgroups.settings.tick == tick == 0.25
         assert api.settings.tick == tick, "pod and service writes keep the flag's tick"
+    finally:
+        await api.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "grid"),
+    [
+        ([], 0.05),
+        (["--kube-api-tick", "0.25"], 0.125),
+        (["--kube-api-tick", "0"], 0.0),
+        (["--kube-api-qps", "0"], 0.0),
+    ],
+)
+def test_busy_watches_are_read_on_half_ticks_only_under_a_limit(
+    flags: list[str], grid: float
+) -> None:
+    from tfjob_controller.app import client_settings, parse_args, watch_grid
+
+    _, settings = client_settings(parse_args(flags))
+    assert watch_grid(settings) == grid
+
+
+@pytest.mark.parametrize(("tick", "slow"), [("0.1", 1.0), ("2", 2.0), ("0", 0.0)])
+async def test_events_and_releases_wait_for_a_second_unless_the_tick_is_off_or_longer(
+    apiserver: str, tick: str, slow: float
+) -> None:
+    from tfjob_controller.app import Budgets, client_settings, parse_args
+
+    _, settings = client_settings(parse_args(["--kube-api-tick", tick]))
+    api = KubeApi(Configuration(host=apiserver), settings)
+    try:
+        budgets = Budgets(api)
+        assert budgets.events.settings.tick == budgets.releases.settings.tick == slow
     finally:
         await api.close()
 
@@ -72,7 +107,7 @@ async def test_only_the_status_budget_keeps_a_reserve_for_urgent_writes(apiserve
     try:
         assert budgets.jobs.settings.high_reserve == STATUS_HIGH_RESERVE
         assert budgets.jobs._bucket._reserve == STATUS_HIGH_RESERVE
-        for other in (api, budgets.events, budgets.podgroups, budgets.watches):
+        for other in (api, budgets.events, budgets.podgroups, budgets.watches, budgets.releases):
             assert other.settings.high_reserve == 0
         # a small burst keeps most of itself for the writes in arrival order
         small = Budgets(KubeApi(Configuration(host=apiserver), ClientSettings(qps=5, burst=4)))

@@ -96,6 +96,23 @@ async def test_suspended_job_gets_no_pods_and_says_so() -> None:
     assert any(c["type"] == "Suspended" for c in w.writer.statuses[-1]["conditions"])
 
 
+@pytest.mark.parametrize("own_releases", [True, False])
+async def test_pods_are_let_go_through_the_releases_writer_when_there_is_one(
+    own_releases: bool,
+) -> None:
+    # the app gives the releases a budget of their own (tfjob_controller.app.Budgets):
+    # every release goes there, and no pod or service write does
+    w = ReconcilerWorld(make_tfjob("t").worker(2).obj(), own_releases=own_releases)
+    await reconcile(w)
+    w.jobs.delete(KEY)
+    assert await reconcile(w) == ("gone", None)
+    released = w.releases if own_releases else w.writer
+    assert sorted(name for name, _ in released.patched) == ["t-worker-0", "t-worker-1"]
+    if own_releases:
+        assert w.writer.patched == [] and w.releases.created == []
+        assert w.releases.deleted == [] and w.releases.statuses == []
+
+
 async def test_a_gone_job_takes_its_expectations_and_spec_with_it() -> None:
     w = ReconcilerWorld(make_tfjob("t").worker(1).obj())
     await reconcile(w)
