@@ -233,8 +233,7 @@ class PageLister(Protocol):
 
 class ListWatch(PageLister, Protocol):
     """What a controller.cache.informer.Informer lists and watches (a ResourceClient). The
-    watch yields raw events ``{"type", "object"}``; a 410 raises errors.Gone. A watch
-    with a ``read_grid`` is read on its multiples while busy (controller.client.http.Stream)."""
+    watch yields raw events ``{"type", "object"}``; a 410 raises errors.Gone."""
 
     def watch(
         self,
@@ -246,7 +245,6 @@ class ListWatch(PageLister, Protocol):
         field_selector: str | None,
         allow_bookmarks: bool,
         read_timeout: float | None,
-        read_grid: float,
     ) -> AbstractAsyncContextManager[AsyncIterator[JSON]]: ...
 
 

@@ -147,9 +147,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.1,
         help="seconds: requests waiting for the client-side limit (creates, deletes, events)"
         " go out on this shared tick, several per wake-up, at the same rate; status writes"
-        " never wait for it. With a limit, a busy watch is read on half-ticks (each event"
-        " waits at most that long). 0 releases each request the moment its token is due"
-        " and reads each watch event as it comes (default 0.1)",
+        " and watches never wait for it; events and tracking-finalizer removals go out"
+        " once a second (or on the tick, if longer). 0 releases each the moment its token"
+        " is due (default 0.1)",
     )
     p.add_argument(
         "--status-pace",
@@ -304,16 +304,6 @@ class Budgets:
         self.watches = api.sibling(tick=0.0)  # every informer's lists and watches
 
 
-def watch_grid(settings: ClientSettings) -> float:
-    """How the pod and service watches are read: with a client-side limit, a busy one on
-    half-ticks, so its events share the wake-ups of the requests that go out on the
-    tick (the creates whose events they mostly are) and of each other. Without one, as
-    they come: there the process is busy anyway, and a watcher that reads late is one
-    the apiserver may drop. The TFJob watch is always read as events come: a job's
-    passes wait for the echo of its own status write before they plan."""
-    return settings.tick / 2 if settings.qps > 0 and settings.tick > 0 else 0.0
-
-
 def event_recorder(writer: EventWriter, clock: Clock, metrics: Metrics) -> EventRecorder:
     """The controller's events: counted in the metrics, and a full buffer gives up the
     per-child ones first (reconcile.policy.conditions.ROUTINE_REASONS)."""
@@ -389,11 +379,7 @@ async def run(args: argparse.Namespace) -> int:
             return Informer(ResourceClient(budgets.watches, resource), name=name, **options)
 
         job_informer = watched(TFJOBS, "tfjobs", transform=JOB_TRANSFORM)
-        children: dict[str, Any] = {
-            "label_selector": selector,
-            "indexers": CHILD_INDEXERS,
-            "read_grid": watch_grid(settings),
-        }
+        children: dict[str, Any] = {"label_selector": selector, "indexers": CHILD_INDEXERS}
         pod_informer = watched(PODS, "pods", transform=POD_TRANSFORM, **children)
         service_informer = watched(SERVICES, "services", transform=SERVICE_TRANSFORM, **children)
         informers = [job_informer, pod_informer, service_informer]

@@ -121,7 +121,6 @@ class Informer:
         page_size: int = 500,
         min_watch_timeout: int = 300,
         read_timeout: float | None = None,
-        read_grid: float = 0.0,
     ) -> None:
         self.name = name
         self.store = Store(indexers)
@@ -135,7 +134,6 @@ class Informer:
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
         self._read_timeout = read_timeout
-        self._read_grid = read_grid
         self._handlers: list[EventHandler] = []
         self._synced: anyio.Event | None = None
         self._has_synced = False
@@ -342,7 +340,6 @@ class Informer:
             field_selector=self._field_selector,
             allow_bookmarks=True,
             read_timeout=self._read_timeout,
-            read_grid=self._read_grid,
         ) as stream:
             async for event in stream:
                 events += 1

@@ -55,7 +55,6 @@ log = structlog.get_logger(__name__)
 #: full object can exceed that a little).
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
-
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
     qps: float = 50.0
@@ -297,11 +296,9 @@ class KubeApi:
         *,
         params: Mapping[str, str] | None = None,
         read_timeout: float | None = None,
-        grid: float = 0.0,
     ) -> AsyncIterator[AsyncIterator[JSON]]:
         """Open a newline-delimited JSON stream (a watch). The yielded iterator ends on
-        a clean close; a read timeout or broken connection raises ConnectionFailed.
-        ``grid``: while busy, read on its multiples (controller.client.http.Stream)."""
+        a clean close; a read timeout or broken connection raises ConnectionFailed."""
         sock_read = read_timeout if read_timeout is not None else self.settings.stream_read_timeout
         target = _target(path, params)
         async with AsyncExitStack() as stack:
@@ -311,13 +308,7 @@ class KubeApi:
                 await self._bucket.acquire()
                 try:
                     resp = await stack.enter_async_context(
-                        pool.stream(
-                            "GET",
-                            target,
-                            headers=headers,
-                            read_timeout=sock_read,
-                            grid=grid,
-                        )
+                        pool.stream("GET", target, headers=headers, read_timeout=sock_read)
                     )
                 except OSError as exc:
                     raise errors.ConnectionFailed(
@@ -359,3 +350,4 @@ async def _lines(resp: http.Stream, path: str) -> AsyncIterator[JSON]:
 
 def _target(path: str, params: Mapping[str, str] | None) -> str:
     return f"{path}?{urlencode(params)}" if params else path
+

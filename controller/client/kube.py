@@ -145,7 +145,6 @@ class ResourceClient:
         field_selector: str | None = None,
         allow_bookmarks: bool = True,
         read_timeout: float | None = None,
-        read_grid: float = 0.0,
     ) -> AsyncIterator[AsyncIterator[JSON]]:
         params: dict[str, str] = {"watch": "1"}
         if resource_version is not None:
@@ -159,7 +158,7 @@ class ResourceClient:
         if field_selector:
             params["fieldSelector"] = field_selector
         async with self.api.stream(
-            self.path(namespace), params=params, read_timeout=read_timeout, grid=read_grid
+            self.path(namespace), params=params, read_timeout=read_timeout
         ) as lines:
             yield _checked_events(lines)
 

@@ -273,17 +273,15 @@ class Pool:
         *,
         headers: Mapping[str, str],
         read_timeout: float | None = None,
-        grid: float = 0.0,
     ) -> AsyncIterator[Stream]:
-        """A response to read as it comes; each read waits at most ``read_timeout``, and
-        a busy one is read on multiples of ``grid`` (Stream). The connection goes back to
-        the pool only if the body was read to its end."""
+        """A response to read as it comes; each read waits at most ``read_timeout``.
+        The connection goes back to the pool only if the body was read to its end."""
         if self._slots is not None:
             await self._take_slot(None)
         try:
             with anyio.fail_after(read_timeout):
                 conn, head = await self._exchange(method, target, headers, None)
-            stream = Stream(conn, head, read_timeout, grid)
+            stream = Stream(conn, head, read_timeout)
             try:
                 yield stream
             finally:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator
-from typing import cast
 
 from controller.client.http.wire import (
     _CHUNK_LINE,
@@ -71,19 +69,9 @@ class _Expiry:
 
 
 class Stream:
-    """One response whose body is read as it comes. ``status`` is known on entry.
+    """One response whose body is read as it comes. ``status`` is known on entry."""
 
-    ``grid``: while the body comes fast (its last two pieces less than ``grid`` seconds
-    apart, the last less than that ago) and everything that came is read, reading
-    pauses until the next multiple of ``grid`` on the event loop's clock, so what
-    arrives meanwhile is read at one wake-up instead of one each (see
-    controller.clock.on_tick: in a VM the wake-up costs more than the read). A piece
-    waits at most ``grid``; a quiet stream is read the moment anything comes. 0:
-    always as it comes."""
-
-    def __init__(
-        self, conn: _Connection, head: _Head, read_timeout: float | None, grid: float = 0.0
-    ) -> None:
+    def __init__(self, conn: _Connection, head: _Head, read_timeout: float | None) -> None:
         self.status = head.status
         self._conn = conn
         self._head = head
@@ -93,11 +81,6 @@ class Stream:
         self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._last = self._loop.time()
-        self._grid = grid
-        #: seconds between the last two pieces read
-        self._gap = math.inf
-        #: times reading paused for the grid (for tests)
-        self.held = 0
         if read_timeout is not None:
             self._timer = self._loop.call_later(read_timeout, self._watchdog)
 
@@ -141,8 +124,6 @@ class Stream:
         try:
             if head.chunked:
                 while True:
-                    if self._busy() and not _unread(reader):
-                        await self._hold()
                     size_line = await reader.readuntil(b"\r\n")
                     m = _CHUNK_LINE.fullmatch(size_line)
                     if m is None:
@@ -157,7 +138,7 @@ class Stream:
                         data = await reader.readexactly(size + 2)
                         if data[-2:] != b"\r\n":
                             raise ProtocolError("chunk data not followed by CRLF")
-                        self._arrived()
+                        self._last = self._loop.time()
                         yield data[:-2]
                         continue
                     while size > 0:
@@ -186,34 +167,6 @@ class Stream:
                 self._done = True
         except (OSError, EOFError, asyncio.LimitOverrunError, ValueError) as exc:
             raise self._failure(exc) from exc
-
-    def _busy(self) -> bool:
-        """The last two pieces came close together, the last of them just now."""
-        grid = self._grid
-        return self._gap < grid and self._loop.time() - self._last < grid
-
-    def _arrived(self) -> None:
-        now = self._loop.time()
-        self._gap = now - self._last
-        self._last = now
-
-    async def _hold(self) -> None:
-        """Read nothing until the grid's next multiple: the kernel keeps what comes."""
-        now = self._loop.time()
-        due = math.ceil(now / self._grid + 1e-9) * self._grid
-        # a connection's transport reads too (StreamWriter types it as the writing half)
-        transport = cast(asyncio.Transport, self._conn.writer.transport)
-        transport.pause_reading()
-        self.held += 1
-        try:
-            # half a millisecond past the multiple survives uvloop's truncation of a
-            # delay to whole milliseconds (as controller.clock.on_tick)
-            await asyncio.sleep(due - now + 0.0005)
-        finally:
-            if not transport.is_closing():
-                transport.resume_reading()
-        # the time it waited is not a gap between pieces
-        self._last = self._loop.time()
 
     async def _trailers(self) -> None:
         lines = []

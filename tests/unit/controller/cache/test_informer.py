@@ -78,16 +78,6 @@ async def test_paginated_list_then_watch_from_list_rv(clock: FakeClock) -> None:
     assert watch["resource_version"] == "10", "watch resumes from the first page's RV"
     assert watch["allow_bookmarks"] is True
     assert 300 <= watch["timeout_seconds"] < 600
-    assert watch["read_grid"] == 0.0, "a watch is read as events come unless told"
-
-
-async def test_the_informers_read_grid_goes_with_every_watch(clock: FakeClock) -> None:
-    src = ScriptedSource()
-    src.add_list([pod("a", "3")], "10")
-    src.add_watch(ev("ADDED", pod("b", "11")))  # then the watch ends: a second one
-    async with running(src, clock, read_grid=0.05):
-        await until(lambda: len(src.watch_calls) == 2)
-    assert [c["read_grid"] for c in src.watch_calls] == [0.05, 0.05]
 
 
 async def test_watch_events_update_store_then_handlers_in_order(clock: FakeClock) -> None:

@@ -66,24 +66,6 @@ async def test_status_writes_and_watches_keep_exact_time_while_the_rest_wait_for
         await api.close()
 
 
-@pytest.mark.parametrize(
-    ("flags", "grid"),
-    [
-        ([], 0.05),
-        (["--kube-api-tick", "0.25"], 0.125),
-        (["--kube-api-tick", "0"], 0.0),
-        (["--kube-api-qps", "0"], 0.0),
-    ],
-)
-def test_busy_watches_are_read_on_half_ticks_only_under_a_limit(
-    flags: list[str], grid: float
-) -> None:
-    from tfjob_controller.app import client_settings, parse_args, watch_grid
-
-    _, settings = client_settings(parse_args(flags))
-    assert watch_grid(settings) == grid
-
-
 @pytest.mark.parametrize(("tick", "slow"), [("0.1", 1.0), ("2", 2.0), ("0", 0.0)])
 async def test_events_and_releases_wait_for_a_second_unless_the_tick_is_off_or_longer(
     apiserver: str, tick: str, slow: float

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -292,54 +291,3 @@ async def test_a_request_past_its_deadline_fails_and_its_connection_is_dropped()
             assert await p.request("GET", "/", headers={}, deadline=loop.time() + 5) == (200, b"{}")
         finally:
             await p.close()
-
-
-async def test_a_busy_stream_is_read_on_its_grid_and_a_quiet_one_at_once() -> None:
-    """What comes while a busy stream is held waits in the kernel for the grid's next
-    multiple; a piece after a quiet spell is read the moment it comes."""
-    grid = 0.4
-    loop = asyncio.get_running_loop()
-    got_first_two = asyncio.Event()
-    quiet = asyncio.Event()
-    sent: dict[str, float] = {}
-
-    def piece(name: bytes) -> bytes:
-        line = b'{"n":"%s"}\n' % name
-        return b"%x\r\n%s\r\n" % (len(line), line)
-
-    async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
-        await read_request(r, [])
-        w.write(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + piece(b"a") + piece(b"b")
-        )
-        await w.drain()
-        await got_first_two.wait()
-        sent["c"] = loop.time()
-        w.write(piece(b"c"))  # the client holds: its read waits for the grid
-        await w.drain()
-        await quiet.wait()
-        sent["d"] = loop.time()
-        w.write(piece(b"d") + b"0\r\n\r\n")
-        await w.drain()
-        await asyncio.sleep(30)
-
-    async with raw_server(script) as (url, _):
-        p = pool(url)
-        try:
-            read: dict[str, float] = {}
-            async with p.stream("GET", "/w", headers={}, read_timeout=10, grid=grid) as s:
-                async for line in s.lines(1000):
-                    name = line.decode()[6]
-                    read[name] = loop.time()
-                    if name == "b":
-                        got_first_two.set()
-                    elif name == "c":
-                        # a quiet spell longer than the grid: the stream is busy no more
-                        await asyncio.sleep(2 * grid)
-                        quiet.set()
-            assert s.held >= 1
-        finally:
-            await p.close()
-    next_multiple = math.ceil(read["b"] / grid + 1e-9) * grid
-    assert read["c"] >= next_multiple - 0.002, "c was read before the grid's next multiple"
-    assert read["d"] - sent["d"] < grid / 2, "a piece after a quiet spell waited for the grid"
