@@ -145,7 +145,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kube-api-tick",
         type=float,
         default=0.1,
-        help="seconds: requests waiting for the client-side limit (creates, deletes, events)"
+        help="seconds: requests waiting for the client-side limit (creates, deletes)"
         " go out on this shared tick, several per wake-up, at the same rate; status writes"
         " and watches never wait for it; events and tracking-finalizer removals go out"
         " once a second (or on the tick, if longer). 0 releases each the moment its token"
@@ -302,6 +302,17 @@ class Budgets:
         self.events = api.sibling(tick=slow)
         self.releases = api.sibling(tick=slow)
         self.watches = api.sibling(tick=0.0)  # every informer's lists and watches
+        self._api = api
+
+    def writers(self, podgroups: Resource | None) -> Writers:
+        """The reconciler's writers, each on its budget (PodGroups with gang scheduling)."""
+        return Writers(
+            jobs=ResourceClient(self.jobs, TFJOBS),
+            pods=ResourceClient(self._api, PODS),
+            services=ResourceClient(self._api, SERVICES),
+            podgroups=ResourceClient(self.podgroups, podgroups) if podgroups else None,
+            releases=ResourceClient(self.releases, PODS),
+        )
 
 
 def event_recorder(writer: EventWriter, clock: Clock, metrics: Metrics) -> EventRecorder:
@@ -368,9 +379,6 @@ async def run(args: argparse.Namespace) -> int:
         # deletions, PodGroup writes, events, and the informers' lists and watches. A
         # create never waits behind a status write or an event, nor they behind it.
         budgets = Budgets(api)
-        jobs_client = ResourceClient(budgets.jobs, TFJOBS)
-        pods_client = ResourceClient(api, PODS)
-        services_client = ResourceClient(api, SERVICES)
 
         def watched(resource: Resource, name: str, **kw: Any) -> Informer:
             """An informer of ``resource`` on the watches budget, for --namespace unless
@@ -383,9 +391,8 @@ async def run(args: argparse.Namespace) -> int:
         pod_informer = watched(PODS, "pods", transform=POD_TRANSFORM, **children)
         service_informer = watched(SERVICES, "services", transform=SERVICE_TRANSFORM, **children)
         informers = [job_informer, pod_informer, service_informer]
-        podgroups_client = podgroup_informer = priority_informer = None
+        podgroup_informer = priority_informer = None
         if gang is not None:
-            podgroups_client = ResourceClient(budgets.podgroups, podgroups_resource(gang))
             podgroup_informer = watched(
                 podgroups_resource(gang), "podgroups", transform=strip_managed_fields
             )
@@ -428,13 +435,7 @@ async def run(args: argparse.Namespace) -> int:
                 podgroups=podgroup_informer.store if podgroup_informer else None,
                 priorityclasses=priority_informer.store if priority_informer else None,
             ),
-            writers=Writers(
-                jobs=jobs_client,
-                pods=pods_client,
-                services=services_client,
-                podgroups=podgroups_client,
-                releases=ResourceClient(budgets.releases, PODS),
-            ),
+            writers=budgets.writers(podgroups_resource(gang) if gang is not None else None),
             expectations=expectations,
             events=recorder,
             clock=clock,

@@ -81,6 +81,25 @@ async def test_events_and_releases_wait_for_a_second_unless_the_tick_is_off_or_l
         await api.close()
 
 
+async def test_each_writer_of_the_reconciler_is_on_its_own_budget(apiserver: str) -> None:
+    from controller.client.kube import PODS, Resource
+    from tfjob_controller.app import Budgets
+
+    api = KubeApi(Configuration(host=apiserver), ClientSettings(qps=20, burst=30))
+    try:
+        budgets = Budgets(api)
+        writers = budgets.writers(None)
+        on = {name: getattr(writers, name).api for name in ("jobs", "pods", "services")}
+        assert on == {"jobs": budgets.jobs, "pods": api, "services": api}
+        assert writers.releases is not None and writers.releases.api is budgets.releases
+        assert writers.releases.resource == PODS and writers.podgroups is None
+        podgroups = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+        gang = budgets.writers(podgroups).podgroups
+        assert gang is not None and gang.api is budgets.podgroups and gang.resource == podgroups
+    finally:
+        await api.close()
+
+
 async def test_only_the_status_budget_keeps_a_reserve_for_urgent_writes(apiserver: str) -> None:
     from tfjob_controller.app import STATUS_HIGH_RESERVE, Budgets
 
