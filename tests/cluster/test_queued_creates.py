@@ -22,6 +22,9 @@ JOB_LABEL = "training.kubeflow.org/job-name"
 #: those made before the controller's informer saw the change (at 20/s, 0.5 s worth).
 #: Without the drop, every queued one goes: 100+ in both tests.
 LATE = 15
+#: The client's burst (--kube-api-burst): that many creates go out with the job's first
+#: pass, before the test can act, and the test's own watch may see them only after.
+BURST = 30
 
 
 class Added(WatchThread):
@@ -69,9 +72,10 @@ def test_a_deleted_jobs_queued_creates_neither_go_out_nor_hold_others_back(
         kube.create_tfjob(namespace, make_job("huge", workers=(400, "Never")))
         wait_for(lambda: services.count("huge") >= 3, 60, "the first services of the job")
         kube.req("DELETE", f"{kube.tfjobs(namespace)}/huge")
-        at_delete = services.count("huge")
         # 800 creates were queued ahead of these at 20/s: 40 s, were they still sent
         kube.create_tfjob(namespace, make_job("small", workers=(2, "Never")))
         wait_running(kube, namespace, "small", 2, timeout=20)
-        late = services.count("huge") - at_delete
-    assert late <= LATE, f"{late} services created for the deleted job"
+        made = services.count("huge")
+    # Counted in all, not from the delete on: the burst went out before the delete, and
+    # the watch can see a burst's services after it (26 once, in a full suite)
+    assert made <= BURST + LATE, f"{made} of the deleted job's 400 services created"
