@@ -70,6 +70,11 @@ class FakeClock:
             heapq.heappop(self._sleepers)[2].set()
 
 
+#: What ``on_tick`` adds on the event loop's timeline: uvloop truncates a delay to whole
+#: milliseconds, and half a millisecond past the tick survives that.
+TICK_SLACK = 0.0005
+
+
 def on_tick(seconds: float, tick: float, clock: Clock) -> float:
     """``seconds``, lengthened so the wait ends on the next multiple of ``tick`` on the
     timeline that ``clock``'s sleeps use (the event loop's, for the system clock).
@@ -86,7 +91,7 @@ def on_tick(seconds: float, tick: float, clock: Clock) -> float:
     # a target already on the grid stays there; half a millisecond past it survives
     # uvloop's truncation of a delay to whole milliseconds
     target = math.ceil((now + seconds) / tick - 1e-9) * tick
-    return max(target - now, 0.0) + (0.0005 if loop else 0.0)
+    return max(target - now, 0.0) + (TICK_SLACK if loop else 0.0)
 
 
 async def wait_event(event: anyio.Event, seconds: float | None, clock: Clock) -> bool:

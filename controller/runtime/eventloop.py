@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from controller.clock import TICK_SLACK
+
 #: The gate opens this long after each multiple of the gate: after the tick's timers,
-#: which are due half a millisecond after theirs (controller.clock.on_tick).
-OFFSET = 0.001
-
-
+#: which are due ``TICK_SLACK`` after theirs (controller.clock.on_tick).
+OFFSET = 2 * TICK_SLACK
 #: A timer due at most this share of a gate after an opening is waited for with it.
 LATE_SHARE = 0.25
 
@@ -65,7 +65,7 @@ class GatedSelector(selectors.DefaultSelector):
     def select(self, timeout: float | None = None) -> list[tuple[Any, int]]:
         if timeout is not None and timeout <= 0:
             # a poll between ready callbacks: neither a wait nor news of the traffic
-            return list(super().select(0))
+            return super().select(0)
         if self._flowing and self.gate > 0:
             wait = gate_wait(self._monotonic(), self.gate)
             if timeout is not None and wait < timeout <= wait + self.gate * LATE_SHARE:
@@ -76,12 +76,12 @@ class GatedSelector(selectors.DefaultSelector):
             if wait > 0:
                 self._sleep(wait)
                 self.sleeps += 1
-            ready = list(super().select(0))
+            ready = super().select(0)
             # nothing came in a whole gate: back to blocking, once the loop has run
             # the timers that fell due meanwhile
             self._flowing = bool(ready)
             return ready
-        ready = list(super().select(timeout))
+        ready = super().select(timeout)
         self._flowing = bool(ready)
         return ready
 
