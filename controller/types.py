@@ -12,7 +12,7 @@ of what the consumer calls.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,6 +32,10 @@ CONTROLLER_NAME_INDEX = "controller-name"
 #: A Kubernetes object as decoded JSON. Objects handed out by a cache are shared:
 #: callers MUST NOT mutate them.
 JSON = dict[str, Any]
+
+#: The answers of writes sent together (EventWriter.create_many): each decoded, or the
+#: exception its own write would have raised.
+Answers = list[JSON | Exception]
 
 
 def object_key(namespace: str | None, name: str) -> str:
@@ -139,8 +143,14 @@ class ObjectWriter(ObjectCreator, ObjectPatcher, Protocol):
 
 
 class EventWriter(ObjectCreator, ObjectPatcher, Protocol):
-    """Where controller.runtime.events.EventRecorder writes core/v1 Events: creates them, and
-    patches the count of one it wrote before."""
+    """Where controller.runtime.events.EventRecorder writes core/v1 Events: creates them
+    (several together with ``create_many``), and patches the count of one it wrote
+    before."""
+
+    async def create_many(self, items: Sequence[tuple[str, Mapping[str, Any]]]) -> Answers:
+        """``(namespace, body)`` creates sent together; each answer, or the exception its
+        own create would have raised, in order. Never raises for one of them."""
+        ...
 
 
 class LeaseClient(ObjectCreator, Protocol):

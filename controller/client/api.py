@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,7 @@ from controller.client.codec import decode_error, decode_json, encode_json
 from controller.client.flowcontrol import PRIORITY_NORMAL, TokenBucket, committed
 from controller.clock import SystemClock
 from controller.observability.logging import remember_secret
-from controller.types import JSON, Clock
+from controller.types import JSON, Answers, Clock
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.configuration import Configuration
@@ -54,6 +54,7 @@ log = structlog.get_logger(__name__)
 #: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
 #: full object can exceed that a little).
 MAX_LINE_BYTES = 16 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
@@ -264,17 +265,52 @@ class KubeApi:
             if status == 401 and attempt == 0 and await self._renew_credentials(method, path):
                 continue  # a fresh credential: the same request once more
             break
-        if not 200 <= status < 300:
-            raise decode_error(status, raw)
-        if not raw:
-            return {}
-        try:
-            decoded = decode_json(raw)
-        except orjson.JSONDecodeError as exc:
-            # a proxy's or load balancer's page, a truncated body: no usable answer
-            msg = f"{method} {path}: a {status} answer whose body is not JSON ({exc})"
-            raise errors.ConnectionFailed(msg) from exc
-        return decoded if isinstance(decoded, dict) else {"items": decoded}
+        return _answer(method, path, status, raw)
+
+    async def pipeline(
+        self,
+        method: str,
+        writes: Sequence[tuple[str, Any]],
+        *,
+        content_type: str = "application/json",
+        request_timeout: float | None = None,
+    ) -> Answers:
+        """``(path, body)`` writes of one method sent together on one connection
+        (http.Pool.pipeline), each with its own token of the rate limit: for writes
+        nobody waits for, such as events. Each gets its decoded answer or the exception
+        ``request`` would have raised; one that fails is not sent again (a 401 only
+        renews the credential for the writes after)."""
+        if not writes:
+            return []
+        bodies = [encode_json(body) for _, body in writes]
+        total = request_timeout if request_timeout is not None else self.settings.request_timeout
+        headers = await self._auth_headers()
+        headers["Content-Type"] = content_type
+        pool = self._get_pool(stream=False)
+        for _ in writes:
+            await self._bucket.acquire(PRIORITY_NORMAL)
+        committed()
+        loop = asyncio.get_running_loop()
+        answers = await pool.pipeline(
+            [
+                (method, _target(path, None), headers, data)
+                for (path, _), data in zip(writes, bodies, strict=True)
+            ],
+            deadline=loop.time() + total,
+        )
+        out: Answers = []
+        for (path, _), answer in zip(writes, answers, strict=True):
+            if isinstance(answer, OSError):
+                msg = f"{method} {path}: {type(answer).__name__}: {answer}"
+                out.append(errors.ConnectionFailed(msg))
+                continue
+            try:
+                out.append(_answer(method, path, *answer))
+            except errors.ApiError as exc:
+                out.append(exc)
+        if any(isinstance(a, tuple) and a[0] == 401 for a in answers):
+            await self._renew_credentials(method, writes[0][0])
+        return out
 
     async def _renew_credentials(self, method: str, path: str) -> bool:
         """A 401: fetch the kubeconfig's expiring credential again (exec plugin, OIDC),
@@ -348,6 +384,20 @@ async def _lines(resp: http.Stream, path: str) -> AsyncIterator[JSON]:
             yield event
 
 
+def _answer(method: str, path: str, status: int, raw: bytes) -> JSON:
+    """A 2xx answer's decoded body ({} when empty); any other status as its API error."""
+    if not 200 <= status < 300:
+        raise decode_error(status, raw)
+    if not raw:
+        return {}
+    try:
+        decoded = decode_json(raw)
+    except orjson.JSONDecodeError as exc:
+        # a proxy's or load balancer's page, a truncated body: no usable answer
+        msg = f"{method} {path}: a {status} answer whose body is not JSON ({exc})"
+        raise errors.ConnectionFailed(msg) from exc
+    return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+
 def _target(path: str, params: Mapping[str, str] | None) -> str:
     return f"{path}?{urlencode(params)}" if params else path
-

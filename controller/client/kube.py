@@ -16,7 +16,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +25,7 @@ from urllib.parse import quote
 from controller import errors
 from controller.client.api import KubeApi
 from controller.client.flowcontrol import PRIORITY_HIGH, PRIORITY_NORMAL
-from controller.types import JSON, ListPage, PageLister
+from controller.types import JSON, Answers, ListPage, PageLister
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +164,11 @@ class ResourceClient:
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
         return await self.api.request("POST", self.path(namespace), body=body)
+
+    async def create_many(self, items: Sequence[tuple[str, Mapping[str, Any]]]) -> Answers:
+        """Creates sent together on one connection (KubeApi.pipeline): for objects nobody
+        waits for, such as events."""
+        return await self.api.pipeline("POST", [(self.path(ns), body) for ns, body in items])
 
     async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
         return await self.api.request("PUT", self.path(namespace, name), body=body)

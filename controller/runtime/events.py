@@ -10,6 +10,10 @@ controller.types.EventWriter, e.g. ``ResourceClient(api, EVENTS)``):
   PATCHes the existing Event's ``count`` and ``lastTimestamp`` instead of creating a
   new Event (client-go's EventCorrelator does the same). A PATCH that finds the Event
   gone (TTL-expired) creates a fresh one.
+- New events go out ``batch_size`` at a time, pipelined on one connection
+  (``create_many``, controller.client.http.Pool.pipeline): one send and a few reads for
+  twenty events instead of twenty of each, which at 20 QPS were a tenth of the
+  controller's CPU. Repeats of written events are patched one at a time.
 - When the buffer holds ``buffer_size`` distinct pending events, new ones are
   dropped and counted in ``dropped``: events are advisory and must not cost memory
   or latency under an event storm. Write failures are logged and dropped, not retried.
@@ -38,7 +42,7 @@ from anyio.abc import TaskStatus
 
 from controller import errors
 from controller.clock import SystemClock
-from controller.types import JSON, Clock, EventWriter
+from controller.types import JSON, Answers, Clock, EventWriter
 
 log = structlog.get_logger("controller.runtime.events")
 
@@ -79,8 +83,10 @@ class EventRecorder:
         on_drop: Callable[[str], None] | None = None,
         on_event: Callable[[str, str], None] | None = None,
         routine: frozenset[str] = frozenset(),
+        batch_size: int = 20,
     ) -> None:
         self._writer = writer
+        self._batch_size = max(1, batch_size)
         self.component = component
         self.host = host if host is not None else socket.gethostname()
         self._clock = clock or SystemClock()
@@ -168,17 +174,42 @@ class EventRecorder:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            while self._pending:
-                key, pending = self._next()
-                await self._write(key, pending)
+            await self.flush()
             self._wakeup = anyio.Event()
             await self._wakeup.wait()
 
     async def flush(self) -> None:
-        """Write everything buffered now (tests and shutdown)."""
+        """Write everything buffered now (and what is buffered meanwhile)."""
         while self._pending:
+            await self._write_some()
+
+    async def _write_some(self) -> None:
+        """The next pending events, oldest first: repeats of written ones patched one at a
+        time, and up to ``batch_size`` new ones created together (one pipelined exchange)."""
+        batch: list[tuple[EventKey, _Pending, str, JSON]] = []
+        now = self._timestamp()
+        while self._pending and len(batch) < self._batch_size:
             key, pending = self._next()
-            await self._write(key, pending)
+            if self._is_muted(pending.namespace):
+                self._drop("namespace_terminating")
+            elif key in self._written:
+                await self._write(key, pending)
+            else:
+                name = f"{pending.involved['name'] or 'object'}.{uuid.uuid4().hex[:16]}"
+                batch.append((key, pending, name, self._body(pending, name, now)))
+        if not batch:
+            return
+        try:
+            answers: Answers = await self._writer.create_many(
+                [(p.namespace, body) for _, p, _, body in batch]
+            )
+        except Exception as exc:  # never raises: each event of the batch fails with it
+            answers = [exc] * len(batch)
+        for (key, pending, name, _), answer in zip(batch, answers, strict=True):
+            if isinstance(answer, Exception):
+                self._failed(pending, answer)
+            else:
+                self._remember(key, pending, name)
 
     def _timestamp(self) -> str:
         return self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -212,31 +243,41 @@ class EventRecorder:
                 except errors.NotFound:
                     del self._written[key]  # expired by the apiserver's event TTL
             name = f"{p.involved['name'] or 'object'}.{uuid.uuid4().hex[:16]}"
-            body = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": p.namespace},
-                "involvedObject": p.involved,
-                "type": p.type_,
-                "reason": p.reason,
-                "message": p.message,
-                "count": p.count,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "source": {"component": self.component, "host": self.host},
-                "reportingComponent": self.component,
-                "reportingInstance": self.host,
-            }
-            await self._writer.create(p.namespace, body)
-            self.written += 1
-            self._written[key] = _Written(p.namespace, name, p.count)
-            if len(self._written) > self._cache_size:
-                self._written.popitem(last=False)
+            await self._writer.create(p.namespace, self._body(p, name, now))
+            self._remember(key, p, name)
         except Exception as exc:  # events are advisory: log and drop
-            terminating = errors.is_namespace_terminating(exc)
-            self._drop("namespace_terminating" if terminating else "write_failed")
-            if terminating:
-                self._muted[p.namespace] = self._clock.monotonic() + self._mute_seconds
-                log.debug("namespace terminating: its events muted", namespace=p.namespace)
-                return
-            log.warning("event write failed", reason=p.reason, error=str(exc))
+            self._failed(p, exc)
+
+    def _body(self, p: _Pending, name: str, now: str) -> JSON:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": p.namespace},
+            "involvedObject": p.involved,
+            "type": p.type_,
+            "reason": p.reason,
+            "message": p.message,
+            "count": p.count,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self.component, "host": self.host},
+            "reportingComponent": self.component,
+            "reportingInstance": self.host,
+        }
+
+    def _remember(self, key: EventKey, p: _Pending, name: str) -> None:
+        """A created event: its repeats patch it (while it stays in the cache)."""
+        self.written += 1
+        self._written[key] = _Written(p.namespace, name, p.count)
+        if len(self._written) > self._cache_size:
+            self._written.popitem(last=False)
+
+    def _failed(self, p: _Pending, exc: Exception) -> None:
+        """Events are advisory: a failed write is logged and dropped."""
+        terminating = errors.is_namespace_terminating(exc)
+        self._drop("namespace_terminating" if terminating else "write_failed")
+        if terminating:
+            self._muted[p.namespace] = self._clock.monotonic() + self._mute_seconds
+            log.debug("namespace terminating: its events muted", namespace=p.namespace)
+            return
+        log.warning("event write failed", reason=p.reason, error=str(exc))

@@ -22,6 +22,9 @@ class Written:
         self.reasons.append(body["reason"])
         return dict(body)
 
+    async def create_many(self, items: list[tuple[str, Mapping[str, Any]]]) -> list[Any]:
+        return [await self.create(namespace, body) for namespace, body in items]
+
     async def patch(self, namespace: str, name: str, body: Mapping[str, Any], **_: Any) -> JSON:
         raise AssertionError("every event here is new")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -166,12 +166,7 @@ class Pool:
         try:
             conn.writer.write(data)
             await conn.writer.drain()
-            while True:
-                raw = await conn.reader.readuntil(b"\r\n\r\n")
-                head = _parse_head(raw, method)
-                if not 100 <= head.status < 200:
-                    return head
-                # an interim answer (100 Continue, 103 Early Hints): the real one follows
+            return await _read_head(conn, method)
         except asyncio.IncompleteReadError as exc:
             if conn.reused and not exc.partial:
                 raise _Stale("the server closed the idle connection") from exc
@@ -265,6 +260,58 @@ class Pool:
             if conn is not None:
                 self._release(conn, reusable)
 
+    async def pipeline(
+        self,
+        requests: Sequence[tuple[str, str, Mapping[str, str], bytes | None]],
+        *,
+        deadline: float | None = None,
+    ) -> list[tuple[int, bytes] | OSError]:
+        """``(method, target, headers, body)`` requests written at once on one connection
+        (HTTP/1.1 pipelining, RFC 9112 9.3.2), their answers read in order: one send and
+        a few reads for all of them instead of one each. For writes nobody waits for
+        (events): an answer that does not come (the connection breaks or closes first,
+        or ``deadline`` passes) fails its request and every one after it with an
+        ``OSError`` in its place, sent or not, acted on or not, and none is sent again.
+        A request we refuse to send raises before anything is sent, as ``request``."""
+        if not requests:
+            return []
+        data = b"".join(self._encode(m, t, h, b) for m, t, h, b in requests)
+        if self._slots is not None:
+            await self._take_slot(deadline)
+        expiry = _Expiry(deadline) if deadline is not None else None
+        out: list[tuple[int, bytes] | OSError] = []
+        conn: _Connection | None = None
+        reusable = False
+        try:
+            conn = await self._acquire(expiry.deadline if expiry else None)
+            if expiry is not None:
+                expiry.watch(conn)
+            conn.writer.write(data)
+            await conn.writer.drain()
+            keep_alive = True
+            for method, *_ in requests:
+                head = await _read_head(conn, method)
+                out.append((head.status, await Stream(conn, head, None).read()))
+                keep_alive = head.keep_alive
+                if not keep_alive:
+                    break  # the server answers no more on this connection
+            reusable = keep_alive and len(out) == len(requests)
+        except (OSError, EOFError, asyncio.LimitOverrunError) as exc:
+            failure = _lost(exc, expiry)
+            out += [failure] * (len(requests) - len(out))
+        finally:
+            if expiry is not None:
+                expiry.cancel()
+            if conn is not None:
+                self._release(conn, reusable)
+            if self._slots is not None:
+                self._slots.release()
+        missing = len(requests) - len(out)
+        if missing:
+            closed = ProtocolError(f"the server closed the connection with {missing} unanswered")
+            out += [closed] * missing
+        return out
+
     @asynccontextmanager
     async def stream(
         self,
@@ -290,3 +337,26 @@ class Pool:
         finally:
             if self._slots is not None:
                 self._slots.release()
+
+
+async def _read_head(conn: _Connection, method: str) -> _Head:
+    """The head of the next final answer on ``conn`` (interim 1xx answers skipped)."""
+    while True:
+        raw = await conn.reader.readuntil(b"\r\n\r\n")
+        head = _parse_head(raw, method)
+        if not 100 <= head.status < 200:
+            return head
+        # an interim answer (100 Continue, 103 Early Hints): the real one follows
+
+
+def _lost(exc: BaseException, expiry: _Expiry | None) -> OSError:
+    """Why a pipelined answer did not come, as the OSError that stands in for it."""
+    if expiry is not None and expiry.fired:
+        return TimeoutError("no answer in time")
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return ProtocolError("the connection closed before an answer")
+    if isinstance(exc, asyncio.LimitOverrunError):
+        return ProtocolError(f"an answer head over {MAX_HEAD} bytes")
+    if isinstance(exc, OSError):
+        return exc
+    return ProtocolError(f"{type(exc).__name__}: {exc}")

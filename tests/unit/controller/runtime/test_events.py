@@ -20,12 +20,23 @@ class FakeEvents:
         self.calls: list[tuple[str, str, JSON]] = []
         self.fail_patch: BaseException | None = None
         self.fail_create: BaseException | None = None
+        self.batches: list[int] = []
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
         if self.fail_create:
             raise self.fail_create
         self.calls.append(("create", namespace, dict(body)))
         return dict(body)
+
+    async def create_many(self, items: list[tuple[str, Mapping[str, Any]]]) -> list[Any]:
+        self.batches.append(len(items))
+        out: list[Any] = []
+        for namespace, body in items:
+            try:
+                out.append(await self.create(namespace, body))
+            except Exception as e:
+                out.append(e)
+        return out
 
     async def patch(self, namespace: str, name: str, body: Mapping[str, Any], **_: Any) -> JSON:
         if self.fail_patch:
@@ -158,3 +169,49 @@ async def test_a_terminating_namespace_is_muted_for_a_while() -> None:
     rec.event(JOB, "Normal", "D", "1")
     await rec.flush()
     assert w.calls[-1][1:] and w.calls[-1][2]["reason"] == "D"
+
+
+async def test_new_events_go_out_together_and_a_failed_one_is_dropped_alone() -> None:
+    w = FakeEvents()
+    dropped: list[str] = []
+    rec = recorder(w, batch_size=3, on_drop=dropped.append)
+    for i in range(5):
+        rec.event(JOB, "Normal", "Created", f"pod {i}")
+    await rec.flush()
+    assert w.batches == [3, 2], "five new events in batches of three"
+    assert [c[2]["message"] for c in w.calls] == [f"pod {i}" for i in range(5)]
+
+    # a repeat of a written event is a patch, never part of a batch
+    rec.event(JOB, "Normal", "Created", "pod 0")
+    await rec.flush()
+    assert w.calls[-1][0] == "patch" and w.batches == [3, 2]
+
+    class Refused(FakeEvents):
+        async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
+            if body["message"] == "bad":
+                raise errors.Invalid(422, "Invalid", "no")
+            return await super().create(namespace, body)
+
+    w2 = Refused()
+    rec2 = recorder(w2, on_drop=dropped.append)
+    for m in ("ok 1", "bad", "ok 2"):
+        rec2.event(JOB, "Normal", "Created", m)
+    await rec2.flush()
+    assert [c[2]["message"] for c in w2.calls] == ["ok 1", "ok 2"]
+    assert rec2.written == 2 and rec2.dropped == 1 and dropped == ["write_failed"]
+    rec2.event(JOB, "Normal", "Created", "ok 2")
+    await rec2.flush()
+    assert w2.calls[-1][0] == "patch", "the written ones of a batch are remembered"
+
+
+async def test_a_batch_that_raises_drops_its_events_and_the_writer_goes_on() -> None:
+    class Broken(FakeEvents):
+        async def create_many(self, items: list[tuple[str, Mapping[str, Any]]]) -> list[Any]:
+            raise RuntimeError("boom")
+
+    w = Broken()
+    rec = recorder(w)
+    rec.event(JOB, "Normal", "Created", "a")
+    rec.event(JOB, "Normal", "Created", "b")
+    await rec.flush()
+    assert (rec.dropped, rec.written, rec.backlog) == (2, 0, 0)
