@@ -141,6 +141,13 @@ class ObjectWriter(ObjectCreator, ObjectPatcher, Protocol):
         urgent writes waiting for the client-side rate limit go first."""
         ...
 
+    async def patch_many(
+        self, items: Sequence[tuple[str, str, Mapping[str, Any]]], *, content_type: str
+    ) -> Answers:
+        """``(namespace, name, patch)`` patches sent together on one connection; each
+        answer, or the exception its own patch would have raised, in order."""
+        ...
+
 
 class EventWriter(ObjectCreator, ObjectPatcher, Protocol):
     """Where controller.runtime.events.EventRecorder writes core/v1 Events: creates them

@@ -54,6 +54,7 @@ class RecordingWriter:
         #: what ``get`` finds, by name (a create whose answer was lost)
         self.stored: dict[str, JSON] = {}
         self.patched: list[tuple[str, Mapping[str, Any]]] = []
+        self.batches: list[int] = []  # patch_many's batch sizes
         self.create_attempts = 0
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
@@ -82,8 +83,23 @@ class RecordingWriter:
         return {"metadata": {"resourceVersion": str(100 + len(self.statuses))}}
 
     async def patch(self, namespace: str, name: str, body: Mapping[str, Any], **kw: Any) -> JSON:
+        if name in self.fail:
+            raise self.error()
         self.patched.append((name, body))
         return {"metadata": {"name": name, "resourceVersion": f"patched-{len(self.patched)}"}}
+
+    async def patch_many(
+        self, items: list[tuple[str, str, Mapping[str, Any]]], **kw: Any
+    ) -> list[Any]:
+        """As the pipelined writer answers: each patch's answer or its exception."""
+        self.batches.append(len(items))
+        out: list[Any] = []
+        for namespace, name, body in items:
+            try:
+                out.append(await self.patch(namespace, name, body, **kw))
+            except Exception as e:
+                out.append(e)
+        return out
 
 
 def take_all(queue: WorkQueue[str]) -> list[str]:

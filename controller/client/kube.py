@@ -170,6 +170,16 @@ class ResourceClient:
         waits for, such as events."""
         return await self.api.pipeline("POST", [(self.path(ns), body) for ns, body in items])
 
+    async def patch_many(
+        self,
+        items: Sequence[tuple[str, str, Mapping[str, Any]]],
+        *,
+        content_type: str = "application/merge-patch+json",
+    ) -> Answers:
+        """Patches sent together on one connection (KubeApi.pipeline)."""
+        writes = [(self.path(ns, name), body) for ns, name, body in items]
+        return await self.api.pipeline("PATCH", writes, content_type=content_type)
+
     async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
         return await self.api.request("PUT", self.path(namespace, name), body=body)
 

@@ -23,6 +23,7 @@ from reconcile.sync import tfjob as tfjob_module
 from reconcile.sync.child_writes import (
     MAX_BACKLOG,
     MAX_JOB_BACKLOG,
+    RELEASE_BATCH,
     TERMINATING_NAMESPACE_SECONDS,
 )
 from reconcile.sync.keys import pods_key, services_key
@@ -108,9 +109,22 @@ async def test_pods_are_let_go_through_the_releases_writer_when_there_is_one(
     assert await reconcile(w) == ("gone", None)
     released = w.releases if own_releases else w.writer
     assert sorted(name for name, _ in released.patched) == ["t-worker-0", "t-worker-1"]
+    assert released.batches == [2], "one pass's releases go out together"
     if own_releases:
         assert w.writer.patched == [] and w.releases.created == []
         assert w.releases.deleted == [] and w.releases.statuses == []
+
+
+async def test_releases_go_in_batches_and_one_that_fails_fails_alone() -> None:
+    w = ReconcilerWorld(make_tfjob("t").worker(RELEASE_BATCH + 3).obj())
+    await reconcile(w)
+    w.jobs.delete(KEY)
+    w.writer.fail = {"t-worker-4"}
+    with pytest.RaisesGroup(errors.ServerError):
+        await reconcile(w)  # the failed release fails the pass, which is retried
+    assert w.writer.batches == [RELEASE_BATCH, 3]
+    let_go = sorted(name for name, _ in w.writer.patched)
+    assert len(let_go) == RELEASE_BATCH + 2 and "t-worker-4" not in let_go
 
 
 async def test_a_gone_job_takes_its_expectations_and_spec_with_it() -> None:
