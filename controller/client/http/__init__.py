@@ -6,8 +6,9 @@ multidicts, tracing signals, cookies, payload writers) cost about as much CPU as
 under it, and importing it costs some 13 MB of resident memory, a quarter of an idle
 controller. What the apiserver needs is small, and all of it is here:
 
-- requests with a ``Content-Length`` body; responses framed by ``Content-Length``,
-  ``Transfer-Encoding: chunked`` (watches) or the connection's close;
+- requests with a ``Content-Length`` body, one at a time or pipelined; responses
+  framed by ``Content-Length``, ``Transfer-Encoding: chunked`` (watches) or the
+  connection's close;
 - keep-alive reuse, a bound on connections open at once, and one retry on a fresh
   connection when a reused one turns out to have been closed by the server, for the
   methods Go's transport replays (``REPEATABLE``: GET, HEAD, OPTIONS, TRACE; a PUT,
@@ -18,7 +19,11 @@ controller. What the apiserver needs is small, and all of it is here:
 
 Contract:
 - ``Pool.request`` returns ``(status, body)`` for any status; ``Pool.stream`` yields a
-  ``Stream`` whose body is read as lines (a watch) or whole.
+  ``Stream`` whose body is read as lines (a watch) or whole; ``Pool.pipeline`` writes
+  several requests at once on one connection (HTTP/1.1 pipelining, for writes nobody
+  waits for) and returns each ``(status, body)`` in order, or the ``OSError`` that
+  stands in for an answer that never came (that one and every one after it; none is
+  sent twice).
 - Every transport failure, malformed answer and timeout raises an ``OSError``
   (``TimeoutError`` for timeouts, ``ProtocolError`` for an answer we refuse), so a caller
   catches one type. A request we refuse to send (a header or target that could write
