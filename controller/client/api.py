@@ -308,7 +308,7 @@ class KubeApi:
                 out.append(_answer(method, path, *answer))
             except errors.ApiError as exc:
                 out.append(exc)
-        if any(isinstance(a, tuple) and a[0] == 401 for a in answers):
+        if any(isinstance(a, errors.Unauthorized) for a in out):
             await self._renew_credentials(method, writes[0][0])
         return out
 

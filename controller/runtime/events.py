@@ -224,9 +224,7 @@ class EventRecorder:
         return False
 
     async def _write(self, key: EventKey, p: _Pending) -> None:
-        if self._is_muted(p.namespace):
-            self._drop("namespace_terminating")
-            return
+        """A repeat of a written event (_write_some has checked the namespace's mute)."""
         now = self._timestamp()
         written = self._written.get(key)
         try:

@@ -137,3 +137,30 @@ async def test_kubeapi_pipeline_decodes_each_answer_or_its_error() -> None:
     assert got[0] == {"a": 1}
     assert isinstance(got[1], errors.AlreadyExists)
     assert isinstance(got[2], errors.ConnectionFailed), "a 2xx whose body is not JSON"
+
+
+async def test_a_401_in_a_batch_renews_the_credential_once() -> None:
+    async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        for _ in range(2):
+            await read_request(r, [])
+        refused = b'{"kind":"Status","reason":"Unauthorized","code":401,"message":"no"}'
+        w.write(answer(201, b"{}") + answer(401, refused))
+        await r.read()
+
+    async with raw_server(script) as (url, _):
+        cfg = new_configuration()
+        cfg.host = url
+        api = KubeApi(cfg, ClientSettings(qps=0))
+        renewed: list[str] = []
+
+        async def renew(method: str, path: str) -> bool:
+            renewed.append(path)
+            return True
+
+        api._renew_credentials = renew  # type: ignore[method-assign]
+        try:
+            got = await api.pipeline("POST", [("/a", {}), ("/b", {})])
+        finally:
+            await api.close()
+    assert got[0] == {} and isinstance(got[1], errors.Unauthorized)
+    assert renewed == ["/a"], "renewed once, for the writes after; none sent again"
