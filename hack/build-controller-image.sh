@@ -73,7 +73,7 @@ rm -rf "$stage/site/bin"
 log "installed: $(mb "$stage/site")"
 "$PY" -m hack.oci_image --name "$IMAGE" --out "$ARCHIVE.tmp" --base "$BASE_IMAGE" \
   --tree "$SITE=$stage/site" --user 65532:65532 \
-  --entrypoint /usr/bin/python3 --entrypoint=-m --entrypoint tfjob_controller.app \
+  --entrypoint /usr/bin/python3 --entrypoint=-m --entrypoint tfjob_controller \
   --env "PYTHONPATH=$SITE" --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1 >/dev/null
 mv "$ARCHIVE.tmp" "$ARCHIVE"
 

@@ -17,6 +17,10 @@ added there appear here on the next run.
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
+import inspect
+import itertools
 import sys
 import types
 import typing
@@ -42,6 +46,42 @@ _ROOT_DESCRIPTIONS = {
     "apiVersion": "APIVersion defines the versioned schema of this representation of an object.",
     "kind": "Kind is a string value representing the REST resource this object represents.",
 }
+
+
+@functools.cache
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """The string literal that follows each annotated attribute in ``cls``'s own source.
+
+    The models do not ask pydantic for these (``use_attribute_docstrings``): pydantic
+    would read and parse the source at every import, and only this generator uses them."""
+    try:
+        tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = next((n.body for n in tree.body if isinstance(n, ast.ClassDef)), [])
+    docs: dict[str, str] = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def _field_doc(model: type[BaseModel], name: str, field: FieldInfo) -> str | None:
+    if field.description:
+        return field.description
+    for cls in model.__mro__:
+        if cls is BaseModel or not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            continue
+        doc = _attribute_docs(cls).get(name)
+        if doc:
+            return doc
+    return None
 
 
 def _description(text: str | None) -> dict[str, Any]:
@@ -126,7 +166,7 @@ def schema_for_model(model: type[BaseModel]) -> dict[str, Any]:
         key = field.alias or name
         node = schema_for_type(field.annotation)
         node = _merge(node, _field_keywords(field))
-        properties[key] = {**_description(field.description), **node}
+        properties[key] = {**_description(_field_doc(model, name, field)), **node}
         if field.is_required():
             required.append(key)
     out: dict[str, Any] = {

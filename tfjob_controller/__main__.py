@@ -1,5 +1,5 @@
 """``python -m tfjob_controller``: the same entry point as the ``tfjob-controller`` script."""
 
-from tfjob_controller.app import main
+from tfjob_controller.launch import main
 
 main()

@@ -104,14 +104,14 @@ class ControllerProc:
                 "-o",
                 str(session),
                 "-m",
-                "tfjob_controller.app",
+                "tfjob_controller",
                 *flags,
             ]
         else:
             # e.g. TFJOB_BENCH_WRAP="-m cProfile -o /tmp/prof.out": the controller under a
             # profiler of one's choosing (its figures then carry that profiler's overhead)
             wrap = os.environ.get("TFJOB_BENCH_WRAP", "").split()
-            argv = [python, *wrap, "-m", "tfjob_controller.app", *flags]
+            argv = [python, *wrap, "-m", "tfjob_controller", *flags]
         log = f"controller-{mode.slug}.log" if log_name == "ours" else f"{log_name}-{mode.slug}.log"
         return cls(argv, health, out / log, session)
 

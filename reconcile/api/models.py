@@ -50,7 +50,8 @@ class _APIModel(BaseModel):
         strict=True,
         populate_by_name=True,
         alias_generator=to_camel,
-        use_attribute_docstrings=True,
+        # The field docstrings become the CRD's descriptions in hack/gen_crd.py, which
+        # reads them itself: use_attribute_docstrings would parse this file at import.
         # The CRD prunes unknown spec fields, so an unknown key here can only come
         # from a newer schema; ignoring it keeps such objects readable.
         extra="ignore",
