@@ -1,6 +1,7 @@
 """tfjob_controller.launch, the entry point: the imports run with the cyclic collector off
 and pydantic's plugin discovery off, and the controller runs with the collector back on
-and the imports' objects frozen. Each case is a fresh interpreter: in this one the
+and nothing frozen (codec.gc_paused hands its bursts to the oldest generation only while
+nothing is). Each case is a fresh interpreter: in this one the
 application is imported already."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class Spy(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Spy())
 def report():
-    print("PROBE", seen["gc"], repr(seen["plugins"]), gc.isenabled(), gc.get_freeze_count() > 0)
+    print("PROBE", seen["gc"], repr(seen["plugins"]), gc.isenabled(), gc.get_freeze_count())
 atexit.register(report)
 sys.argv = ["tfjob-controller", "explain", "--help"]
 from tfjob_controller.launch import main
@@ -50,7 +51,7 @@ def test_imports_run_without_the_collector_and_the_controller_with_it() -> None:
     assert during_gc == "False"
     assert plugins == "'1'"
     assert after_gc == "True"
-    assert frozen == "True"
+    assert frozen == "0"
 
 
 def test_a_plugin_setting_in_the_environment_is_kept() -> None:
