@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from reconcile.api.labels import replica_name
 from reconcile.api.names import (
     CHIEF_TYPES,
@@ -96,7 +98,11 @@ def address(
 
 def go_json(value: Any) -> str:
     """Serialise like Go's json.Marshal: compact, HTML-safe escaping, UTF-8 kept as is."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text = orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        # what orjson refuses and json writes: a lone surrogate, an int beyond 64 bits
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")

@@ -40,6 +40,9 @@ from reconcile.progress.records import ReplicaRecord
 from reconcile.progress.stall import Stall, check_stall, stalled_conditions
 from reconcile.progress.stragglers import find_stragglers
 
+#: a replica type with no record yet (frozen, so one serves every pass)
+_NO_RECORD = ReplicaStatus()
+
 
 @dataclass(frozen=True)
 class _Pass:
@@ -440,7 +443,7 @@ def account(
                 failures_tolerated=dynamic and rtype == ReplicaType.WORKER,
             ),
             pods_by_type.get(rtype.lower(), {}),
-            old.replica_statuses.get(rtype, ReplicaStatus()),
+            old.replica_statuses.get(rtype, _NO_RECORD),
             snap.now,
             config.backoff,
             resumed_at=resumed_at,

@@ -194,5 +194,9 @@ def is_progress_only(old: JobStatus, new: JobStatus) -> bool:
 
 def changed(old: JobStatus, new: JobStatus) -> JSON | None:
     """The new status as the JSON to write, or None when writing it would change nothing."""
+    if new == old:
+        # equal fields render equal JSON; most passes change nothing, and rendering
+        # both is a tenth of a pass
+        return None
     new_json = new.to_json()
     return None if new_json == old.to_json() else new_json

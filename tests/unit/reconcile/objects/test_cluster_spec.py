@@ -203,6 +203,9 @@ def test_tf_port(template: dict[str, object], want: int) -> None:
         pytest.param({"a": "<&>"}, '{"a":"\\u003c\\u0026\\u003e"}', id="html-escaped"),
         pytest.param({"a": "é"}, '{"a":"é"}', id="utf8-kept"),
         pytest.param({"a": [1, None]}, '{"a":[1,null]}', id="compact"),
+        pytest.param({"a": "\x01\n\u2028"}, '{"a":"\\u0001\\n\\u2028"}', id="control-escaped"),
+        pytest.param({"a": "\ud800"}, '{"a":"\ud800"}', id="lone-surrogate-kept"),
+        pytest.param({"a": 2**70}, '{"a":1180591620717411303424}', id="big-int"),
     ],
 )
 def test_go_json(value: object, want: str) -> None:
