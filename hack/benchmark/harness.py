@@ -26,7 +26,7 @@ from hack.benchmark.common import (
     Mode,
     say,
 )
-from hack.benchmark.control_plane import ControlPlaneSampler
+from hack.benchmark.control_plane import ControlPlaneSampler, wait_quiet
 from hack.benchmark.environment import (
     Env,
     create_namespace,
@@ -215,6 +215,8 @@ async def run_controller(
                 raise RuntimeError("the harness's watches did not sync in 120s")
             await asyncio.sleep(0.1)
 
+        waited, busy = await wait_quiet()
+        say(f"{tag} machine quiet after {waited:.1f}s (CPU {busy:.0f}% over the last second)")
         offset = audit_offset(env)
         plane = ControlPlaneSampler(env)
         plane.start()
