@@ -15,6 +15,14 @@ Contract:
   budget (a bucket of its own, same qps/burst) on the same connections: client-go builds
   one bucket per REST client, so a controller's kinds of traffic (creates, status
   writes, events) do not wait for each other, and this is how to do the same.
+- Creates released by the same tick of the rate limit (``ClientSettings.tick`` > 0) go
+  out together: the first to arrive waits one turn of the event loop for the others,
+  then writes them all at once on one connection (``http.Pool.pipeline``), up to
+  ``COALESCE_MAX``; one alone goes as usual. One send and one wake-up for the answers
+  instead of one each. Their answers and failures are each caller's own, except that
+  an answer that never comes fails the creates behind it too (never sent again: a
+  create whose answer is lost is found, or made, by the next pass, as after any
+  broken connection). Without a tick nothing waits for company.
 - The transport is ``controller.client.http`` (HTTP/1.1 on asyncio streams). Watches use their
   own connection pool: over HTTP/1.1 every open watch pins a connection and would
   otherwise starve ordinary requests. Every request has a total timeout; a stream has a
@@ -50,6 +58,25 @@ if TYPE_CHECKING:
     from kubernetes_asyncio.client.configuration import Configuration
 
 log = structlog.get_logger(__name__)
+
+#: At most this many creates go out together (module doc); at 20 QPS a tick releases 2.
+COALESCE_MAX = 8
+#: The methods that go out together: creates. A lost answer fails the ones behind it,
+#: which is no worse for a create than a broken connection (never retried either way);
+#: updates and patches keep the pool's resend of a request a stale connection dropped.
+COALESCED_METHODS = frozenset({"POST"})
+
+
+@dataclass(eq=False, slots=True)
+class _Departure:
+    """A create waiting to go out with the one that arrived first (``_coalesced``)."""
+
+    target: str
+    headers: dict[str, str]
+    data: bytes | None
+    deadline: float
+    answer: asyncio.Future[tuple[int, bytes]]
+
 
 #: Largest single watch event line we accept (etcd caps objects at 1.5 MiB; JSON of a
 #: full object can exceed that a little).
@@ -129,6 +156,8 @@ class KubeApi:
         self._pool: http.Pool | None = None
         self._stream_pool: http.Pool | None = None
         self._remembered_auth: str | None = None
+        #: the creates gathering behind the first of a tick (``_coalesced``), by method
+        self._departing: dict[str, list[_Departure]] = {}
         #: the client certificate the pools were opened with (an exec plugin's may
         #: change); pools of an older one, still carrying their streams, are closed
         #: with the client
@@ -256,9 +285,15 @@ class KubeApi:
             await self._bucket.acquire(priority)
             committed()  # from here the request goes out: background work can't recall it
             try:
-                status, raw = await pool.request(
-                    method, target, headers=headers, body=data, deadline=loop.time() + total
-                )
+                deadline = loop.time() + total
+                if self.settings.tick > 0 and method in COALESCED_METHODS:
+                    status, raw = await self._coalesced(
+                        pool, method, target, headers, data, deadline
+                    )
+                else:
+                    status, raw = await pool.request(
+                        method, target, headers=headers, body=data, deadline=deadline
+                    )
             except OSError as exc:  # TimeoutError included
                 msg = f"{method} {path}: {type(exc).__name__}: {exc}"
                 raise errors.ConnectionFailed(msg) from exc
@@ -266,6 +301,56 @@ class KubeApi:
                 continue  # a fresh credential: the same request once more
             break
         return _answer(method, path, status, raw)
+
+    async def _coalesced(
+        self,
+        pool: http.Pool,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        data: bytes | None,
+        deadline: float,
+    ) -> tuple[int, bytes]:
+        """One create, sent with the others the same tick released (module doc)."""
+        waiting = self._departing.get(method)
+        if waiting is not None and len(waiting) < COALESCE_MAX:
+            answer: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+            waiting.append(_Departure(target, headers, data, deadline, answer))
+            return await answer
+        company: list[_Departure] = []
+        self._departing[method] = company
+        try:
+            # one turn of the loop: the tasks the same tick woke take their tokens and
+            # join before this one goes on
+            await asyncio.sleep(0)
+        except BaseException as exc:
+            _fail_all(company, exc)
+            raise
+        finally:
+            if self._departing.get(method) is company:
+                del self._departing[method]
+        if not company:
+            return await pool.request(method, target, headers=headers, body=data, deadline=deadline)
+        try:
+            answers = await pool.pipeline(
+                [(method, target, headers, data)]
+                + [(method, d.target, d.headers, d.data) for d in company],
+                deadline=min(deadline, *(d.deadline for d in company)),
+            )
+        except BaseException as exc:
+            _fail_all(company, exc)
+            raise
+        for d, got in zip(company, answers[1:], strict=True):
+            if d.answer.done():
+                continue  # its caller was cancelled meanwhile
+            if isinstance(got, BaseException):
+                d.answer.set_exception(got)
+            else:
+                d.answer.set_result(got)
+        first = answers[0]
+        if isinstance(first, BaseException):
+            raise first
+        return first
 
     async def pipeline(
         self,
@@ -382,6 +467,21 @@ async def _lines(resp: http.Stream, path: str) -> AsyncIterator[JSON]:
                 msg = f"stream {path}: a line that is not JSON ({exc})"
                 raise errors.ConnectionFailed(msg) from exc
             yield event
+
+
+def _fail_all(company: Sequence[_Departure], exc: BaseException) -> None:
+    """The creates waiting on a first one that failed before their answers came: each
+    fails as a broken connection would fail it (sent or not, never sent again)."""
+    for d in company:
+        if not d.answer.done():
+            lost = (
+                exc
+                if isinstance(exc, OSError)
+                else ConnectionAbortedError(
+                    f"the create it was sent with ended first: {type(exc).__name__}"
+                )
+            )
+            d.answer.set_exception(lost)
 
 
 def _answer(method: str, path: str, status: int, raw: bytes) -> JSON:

@@ -4,6 +4,7 @@ own answer; a refused one fails alone."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from controller import errors
@@ -72,3 +73,27 @@ async def test_the_recorder_writes_its_events_in_batches_under_a_rate_limit(
     )
     counts = {e["message"]: e["count"] for e in stored}
     assert counts["Created pod: j-worker-0"] == 2, "a repeat patches the count"
+
+
+async def test_creates_one_tick_releases_go_out_together_and_each_gets_its_answer(
+    cluster: Cluster, kube: Kube, namespace: str
+) -> None:
+    # KubeApi.request's coalescing: the creates a tick of the rate limit lets out
+    # together share one write on one connection
+    settings = ClientSettings(qps=20, burst=8, tick=0.1)
+    async with await KubeApi.from_kubeconfig(cluster.kubeconfig, settings=settings) as api:
+        events = ResourceClient(api, EVENTS)
+        await events.create(namespace, event(namespace, "first of its name", "coalesced.taken"))
+        bodies = [event(namespace, f"c{i}") for i in range(7)]
+        bodies.insert(3, event(namespace, "again", name="coalesced.taken"))
+        pool = api._get_pool(stream=False)
+        answers = await asyncio.gather(
+            *(events.create(namespace, b) for b in bodies), return_exceptions=True
+        )
+        assert len(pool._open) == 1, "all eight on one connection"
+    assert isinstance(answers[3], errors.AlreadyExists), answers[3]
+    created = [a for i, a in enumerate(answers) if i != 3]
+    assert [a["message"] for a in created] == [f"c{i}" for i in range(7)]  # type: ignore[index]
+    stored = {e["metadata"]["name"]: e["message"] for e in kube.events(namespace)}
+    assert stored["coalesced.taken"] == "first of its name"
+    assert sorted(m for m in stored.values() if m.startswith("c")) == [f"c{i}" for i in range(7)]
