@@ -96,11 +96,10 @@ async def wait_quiet(
     below: float = QUIET_BELOW_PERCENT, limit_s: float = QUIET_LIMIT_S
 ) -> tuple[float, float]:
     """Wait for a quiet machine before a controller starts: (seconds waited, the last
-    second's CPU in percent of all CPUs). What the cluster's own start or the previous
-    phase's clean-up (a namespace's deletion, the garbage collector) still does would
-    otherwise run beside the controller's start: on 2 cores its CPU time then grows by
-    up to half again for the same work (ours' start: 0.35-0.7 s in six runs of one
-    code). Both controllers wait alike."""
+    second's CPU in percent of all CPUs). Whatever the cluster's own start or the
+    previous phase's clean-up (a namespace's deletion, the garbage collector) still
+    does must not run beside the controller's start and be counted into its CPU time.
+    Both controllers wait alike."""
     t0 = time.monotonic()
     psutil.cpu_percent(None)
     busy = 100.0

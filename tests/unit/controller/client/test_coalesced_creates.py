@@ -21,6 +21,13 @@ def client(url: str, tick: float) -> KubeApi:
     return KubeApi(cfg, ClientSettings(qps=20, burst=10, tick=tick))
 
 
+async def answer_one(r: asyncio.StreamReader, w: asyncio.StreamWriter, status: int) -> None:
+    """Answer one request with an empty object and keep the connection open."""
+    await read_request(r, [])
+    w.write(answer(status, b"{}"))
+    await r.read()
+
+
 def create(api: KubeApi, i: int) -> asyncio.Task[dict[str, object]]:
     return asyncio.ensure_future(api.request("POST", f"/api/v1/x/{i}", body={"n": i}))
 
@@ -85,9 +92,7 @@ async def test_a_lost_answer_fails_the_creates_behind_it_and_not_the_one_before(
             w.write(answer(201, b'{"first":true}'))
             w.close()  # the second and third are never answered
             return
-        await read_request(r, [])
-        w.write(answer(201, b"{}"))
-        await r.read()
+        await answer_one(r, w, 201)
 
     async with raw_server(script) as (url, _):
         api = client(url, tick=0.1)
@@ -130,9 +135,7 @@ async def test_creates_waiting_on_a_first_one_that_is_cancelled_fail_unsent() ->
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "GET"])
 async def test_only_creates_wait_for_company(method: str) -> None:
     async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
-        await read_request(r, [])
-        w.write(answer(200, b"{}"))
-        await r.read()
+        await answer_one(r, w, 200)
 
     async with raw_server(script) as (url, _):
         api = client(url, tick=0.1)
