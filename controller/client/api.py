@@ -472,15 +472,13 @@ async def _lines(resp: http.Stream, path: str) -> AsyncIterator[JSON]:
 def _fail_all(company: Sequence[_Departure], exc: BaseException) -> None:
     """The creates waiting on a first one that failed before their answers came: each
     fails as a broken connection would fail it (sent or not, never sent again)."""
+    lost = exc
+    if not isinstance(exc, OSError):
+        lost = ConnectionAbortedError(
+            f"the create it was sent with ended first: {type(exc).__name__}"
+        )
     for d in company:
         if not d.answer.done():
-            lost = (
-                exc
-                if isinstance(exc, OSError)
-                else ConnectionAbortedError(
-                    f"the create it was sent with ended first: {type(exc).__name__}"
-                )
-            )
             d.answer.set_exception(lost)
 
 
