@@ -65,13 +65,24 @@ class Run:
         self.rng = random.Random(plan.seed * 7919)
         self.tasks: list[asyncio.Task[Any]] = []
         self.replicas: list[Replica] = []
+        #: what the run is doing now, for the snapshot (``_keep_state``)
+        self.phase = "starting the cluster"
+        self.history: History | None = None
 
     async def main(self) -> Report:
         nodes = max(4, len(self.models) * 7 // 100 + 1)
         cluster = await asyncio.to_thread(cluster_up, nodes)
+        done = False
         try:
-            return await self._run(cluster)
+            report = await self._run(cluster)
+            done = True
+            return report
         finally:
+            if not done or len(self.violations):
+                try:
+                    self._keep_state()
+                except Exception as e:  # never in the way of the cleanup below
+                    say(f"no snapshot: {type(e).__name__}: {e}")
             # Synchronous on purpose: this must happen even while being cancelled.
             for r in self.replicas:
                 if r.alive() and r.proc is not None and r.proc.proc is not None:
@@ -94,6 +105,32 @@ class Run:
             audit = cluster.dir / "logs" / "audit.log"
             if audit.exists():
                 shutil.copy(audit, logs / "audit.log")
+
+    def _keep_state(self) -> None:
+        """Where a run that was interrupted, failed or broke an invariant stood: its phase
+        and every job and pod as its watches last saw them (the replicas' logs say why)."""
+        lines = [f"phase: {self.phase}", f"violations: {list(self.violations.items)}"]
+        history = self.history
+        if history is not None:
+            for job in sorted(history.jobs.store.values(), key=lambda j: j["metadata"]["name"]):
+                status = job.get("status") or {}
+                conditions = [
+                    f"{c.get('type')}={c.get('status')}({c.get('reason', '')})"
+                    for c in status.get("conditions") or []
+                ]
+                lines.append(
+                    f"job {job['metadata']['name']}: {' '.join(conditions)} "
+                    f"{status.get('replicaStatuses')}"
+                )
+            for pod in sorted(history.pods.store.values(), key=lambda p: p["metadata"]["name"]):
+                meta, status = pod["metadata"], pod.get("status") or {}
+                lines.append(
+                    f"pod {meta['name']} uid={meta.get('uid')} phase={status.get('phase')} "
+                    f"node={(pod.get('spec') or {}).get('nodeName')} "
+                    f"deleting={meta.get('deletionTimestamp')} finalizers={meta.get('finalizers')}"
+                )
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"seed-{self.plan.seed}-state.txt").write_text("\n".join(lines) + "\n")
 
     @staticmethod
     async def _default_service_account(api: Api) -> None:
@@ -124,7 +161,9 @@ class Run:
         if status not in (201, 409):
             raise RuntimeError(f"namespace {NS}: {status} {body}")
         await self._default_service_account(api)
+        self.phase = "starting the watches and the controller pair"
         history = History(api, NS, self.by_name, self.violations)
+        self.history = history
         self._spawn(history.run())
         await history.synced()
         audit = AuditChecks(LEASE_NS, LEASE_NAME, self.violations)
@@ -147,6 +186,7 @@ class Run:
             raise RuntimeError("no leader among the replicas")
 
         t0 = time.monotonic()
+        self.phase = "faults"
         self._spawn(self._progress(t0, pod_faults, actions, supervisor))
         self._spawn(self._kubelet_nudges(api, history))
         self._spawn(self._create_jobs(api))
@@ -171,9 +211,13 @@ class Run:
             p.heal()
         for r in replicas:
             r.held_down = False
+        self.phase = "healed: waiting for a steady pair"
         await actions.steady()
+        self.phase = "finishing the jobs"
         await self._finish_jobs(api, history)
+        self.phase = "deleting the jobs"
         await self._delete_jobs(api, history)
+        self.phase = "stopping the replicas, reading the audit log"
         await supervisor.stop()
         await self._last_audit(api, audit, tail)
 
