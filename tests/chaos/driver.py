@@ -71,6 +71,8 @@ class Run:
 
     async def main(self) -> Report:
         nodes = max(4, len(self.models) * 7 // 100 + 1)
+        # an earlier run's snapshot would speak for this one
+        (self.out / f"seed-{self.plan.seed}-state.txt").unlink(missing_ok=True)
         cluster = await asyncio.to_thread(cluster_up, nodes)
         done = False
         try:

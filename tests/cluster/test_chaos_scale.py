@@ -114,6 +114,14 @@ def run_logged(argv: list[str], log: Path, env: dict[str, str]) -> tuple[int, st
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            text = log.read_text(errors="replace")
-            pytest.fail(f"the chaos run overran {RUN_LIMIT}s; its output ends:\n{text[-9000:]}")
-    return rc, log.read_text(errors="replace")[-9000:]
+            pytest.fail(f"the chaos run overran {RUN_LIMIT}s; {evidence(log)}")
+    return rc, evidence(log)
+
+
+def evidence(log: Path) -> str:
+    """The run's output tail and, where it left one, its snapshot: all CI shows of it."""
+    text = f"its output ends:\n{log.read_text(errors='replace')[-9000:]}"
+    state = log.with_name(f"seed-{SEED}-state.txt")
+    if state.exists():
+        text += f"\nits snapshot:\n{state.read_text(errors='replace')[:12000]}"
+    return text
