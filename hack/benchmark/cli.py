@@ -116,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         " floor), e.g. to finish a run that was stopped",
     )
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --scaling: the controller phases run this many times in turn at each job"
+        " count (ours, then the others, then ours again...), the floor once; the report"
+        " gives each round's CPU ratios and their median: a machine whose speed drifts"
+        " moves phases that run side by side together (default 1)",
+    )
+    p.add_argument(
         "--status-pace",
         type=lambda text: [float(x) for x in text.split(",") if x.strip()],
         default=[],
@@ -127,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.jobs < 1 or args.replicas < 1:
         p.error("--jobs and --replicas must be >= 1")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / ".cluster-bench"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,18 @@ cached object costs, without the fixed footprint. The CPU also in three parts: t
 the work, and the end (the pods' release and the stop). Per phase also what the control
 plane needed (hack/benchmark/control_plane.py). Writes <out>/scaling.md, <out>/scaling.json and
 a plot, <out>/scaling.png.
+
+With --rounds N the controller phases run N times in turn at each job count, and the
+report adds each round's CPU, the ratio of ours to each other controller within the
+round, and the median of those ratios: phases that run one after the other see nearly
+the same machine, while this machine's speed drifts by a fifth within an hour.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 from hack.benchmark.common import pct, say
@@ -69,13 +75,16 @@ async def run_scaling(
 ) -> Table:
     mode = args.qps[0]
     table: Table = {}
+    rounds = getattr(args, "rounds", 1)
     for n in args.scaling:
         args.jobs = n
-        for phase in phases:
-            say(f"[scaling] {n} jobs: {phase.title}")
-            result = await run_controller(env, args, mode, out, phase)
-            table.setdefault(result.title or result.name, []).append((n, result))
-            (out / "scaling.json").write_text(scaling_json(args, table))  # so far
+        for round_ in range(1, rounds + 1):
+            for phase in phases:
+                which = f", round {round_}/{rounds}" if rounds > 1 else ""
+                say(f"[scaling] {n} jobs: {phase.title}{which}")
+                result = await run_controller(env, args, mode, out, phase)
+                table.setdefault(result.title or result.name, []).append((n, result))
+                (out / "scaling.json").write_text(scaling_json(args, table))  # so far
         if floor:
             say(f"[scaling] {n} jobs: the floor")
             table.setdefault(FLOOR, []).append((n, await run_floor(env, args, mode)))
@@ -138,6 +147,7 @@ def scaling_report(args: argparse.Namespace, table: Table) -> str:
     for title, runs in table.items():
         if title != FLOOR:
             lines += [f"| {title} | {n} | {cpu_parts(r)} |" for n, r in runs]
+    lines += rounds_report(table)
     lines += [
         "",
         "What the control plane needed per phase: CPU seconds / peak RSS (MB); etcd's"
@@ -157,11 +167,72 @@ def scaling_report(args: argparse.Namespace, table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def round_ratios(table: Table) -> dict[int, list[dict[str, float | None]]]:
+    """Per job count, per round: each controller's CPU, and ``"<title> ratio"``, ours
+    (the first controller) to that one. The k-th run of a controller at a job count is
+    its round k (run_scaling's order)."""
+    titles = [t for t in table if t != FLOOR]
+    if len(titles) < 2:
+        return {}
+    ours, others = titles[0], titles[1:]
+    out: dict[int, list[dict[str, float | None]]] = {}
+    for n in sorted({n for n, _ in table[ours]}):
+        cpu = {t: [r.cpu_s for m, r in table[t] if m == n] for t in titles}
+        rounds = min(len(v) for v in cpu.values())
+        out[n] = [
+            {
+                **{t: cpu[t][k] for t in titles},
+                **{f"{t} ratio": ratio(cpu[ours][k], cpu[t][k]) for t in others},
+            }
+            for k in range(rounds)
+        ]
+    return out
+
+
+def median_ratio(rows: list[dict[str, float | None]], title: str) -> float | None:
+    got = [v for row in rows if (v := row.get(f"{title} ratio")) is not None]
+    return statistics.median(got) if got else None
+
+
+def rounds_report(table: Table) -> list[str]:
+    """The CPU round by round, when some job count ran more than one round."""
+    by_n = round_ratios(table)
+    if not any(len(rows) > 1 for rows in by_n.values()):
+        return []
+    titles = [t for t in table if t != FLOOR]
+    others = titles[1:]
+    lines = [
+        "",
+        f"The CPU round by round (s); the ratio is {titles[0]} to each other controller"
+        " in the same round (the phases of a round run one after the other).",
+        "",
+        "| jobs | round | "
+        + " | ".join(titles)
+        + " | "
+        + " | ".join(f"ratio to {t}" for t in others)
+        + " |",
+        "|---|---|" + "---|" * (len(titles) + len(others)),
+    ]
+    for n, rows in by_n.items():
+        for k, row in enumerate(rows, 1):
+            lines.append(
+                f"| {n} | {k} | "
+                + " | ".join(fmt(row[t]) for t in titles)
+                + " | "
+                + " | ".join(fmt(row[f"{t} ratio"], ".2f") for t in others)
+                + " |"
+            )
+        medians = " | ".join(fmt(median_ratio(rows, t), ".2f") for t in others)
+        lines.append(f"| {n} | median | " + " | " * (len(titles) - 1) + f" | {medians} |")
+    return lines
+
+
 def scaling_json(args: argparse.Namespace, table: Table) -> str:
     return json.dumps(
         {
             "replicas": args.replicas,
             "mode": args.qps[0].label,
+            "cpu_rounds": {str(n): rows for n, rows in round_ratios(table).items()},
             "controllers": {
                 title: {
                     "rss_slope_bytes_per_object": rss_slope(args, runs),

@@ -144,3 +144,40 @@ def test_a_status_pace_phase_runs_ours_with_the_flag_under_a_name_of_its_own(
     assert not any(a.startswith("--status-pace") for a in plain)
     assert "--status-pace=0.5" in argv and "--kube-api-qps=20" in argv
     assert (plain_log.name, log.name) == ("controller-qps20.log", "ours-pace500ms-qps20.log")
+
+
+def rounds_table() -> Table:
+    """Two rounds at 10 jobs (ours then upstream, twice), three at 20 jobs."""
+    ours = [(10, 2.0), (10, 3.0), (20, 4.0), (20, 4.4), (20, 3.6)]
+    theirs = [(10, 4.0), (10, 3.0), (20, 5.0), (20, 4.0), (20, 6.0)]
+    return {
+        "ours": [(n, result("ours", 1.0, cpu_s=c)) for n, c in ours],
+        "upstream, 4 threads": [(n, result("upstream-4t", 1.0, cpu_s=c)) for n, c in theirs],
+        FLOOR: [(10, result("floor", 1.0)), (20, result("floor", 1.0))],
+    }
+
+
+def test_rounds_pair_each_run_of_ours_with_the_other_run_of_its_round() -> None:
+    lines = scaling_report(args(), rounds_table()).splitlines()
+    rows = [
+        [c.strip() for c in ln.split("|")[1:-1]]
+        for ln in lines
+        if re.match(r"\| (10|20) \| (\d|median) \|", ln)
+    ]
+    assert rows == [
+        ["10", "1", "2.0", "4.0", "0.50"],
+        ["10", "2", "3.0", "3.0", "1.00"],
+        ["10", "median", "", "", "0.75"],
+        ["20", "1", "4.0", "5.0", "0.80"],
+        ["20", "2", "4.4", "4.0", "1.10"],
+        ["20", "3", "3.6", "6.0", "0.60"],
+        ["20", "median", "", "", "0.80"],
+    ]
+    js = json.loads(scaling_json(args(), rounds_table()))
+    assert [r["upstream, 4 threads ratio"] for r in js["cpu_rounds"]["20"]] == pytest.approx(
+        [0.8, 1.1, 0.6]
+    )
+
+
+def test_one_round_adds_no_round_table() -> None:
+    assert "round by round" not in scaling_report(args(), table())
