@@ -36,7 +36,7 @@ def say(msg: str) -> None:
 
 def http_get(url: str, token: str = "") -> tuple[int, str]:
     """GET ``url``; over HTTPS the certificate is not verified (the controller's own,
-    made at start-up) and ``token`` is sent as a bearer token."""
+    made for the first scrape) and ``token`` is sent as a bearer token."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     context = ssl._create_unverified_context() if url.startswith("https:") else None
     try:

@@ -2,9 +2,11 @@
 
 The certificate is the operator's (``--metrics-cert-dir`` with ``tls.crt`` and
 ``tls.key``, e.g. cert-manager's Secret mounted there; re-read when it changes) or one
-made at start-up and held in memory, signed by a CA of its own as Kubebuilder's
+made for the first scrape and held in memory, signed by a CA of its own as Kubebuilder's
 self-signed default is: scrapers then skip verification or pin nothing, and the
-traffic is still encrypted. Reviews go to the apiserver outside the client's rate
+traffic is still encrypted. Made at the first handshake, not at start-up: a process
+nobody scrapes (a developer's, a benchmark's) never loads the X.509 library nor signs
+anything, a tenth of its start. Reviews go to the apiserver outside the client's rate
 limit: a scrape must not wait behind creates, and the cache keeps them rare.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,12 @@ def metrics_tls(cert_dir: str, clock: Clock, namespace: str) -> TLSContext:
         "localhost",
         "127.0.0.1",
     ]
-    pair = self_signed(hosts, clock.now(), "tfjob-controller metrics CA")
-    ctx = memory_context(pair.tls_crt, pair.tls_key)
-    return lambda: ctx
+    made: list[ssl.SSLContext] = []
+
+    def context() -> ssl.SSLContext:
+        if not made:
+            pair = self_signed(hosts, clock.now(), "tfjob-controller metrics CA")
+            made.append(memory_context(pair.tls_crt, pair.tls_key))
+        return made[0]
+
+    return context
