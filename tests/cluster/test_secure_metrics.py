@@ -27,7 +27,7 @@ READER = "tfjob-controller-metrics-reader"
 
 def curl(url: str, token: str = "") -> tuple[int, str]:
     """(status, body) of a GET with curl; -k: the certificate is the controller's own,
-    made at start-up."""
+    made for the first scrape."""
     cmd = ["curl", "-sS", "-k", "--max-time", "10", "-w", "\n%{http_code}", url]
     if token:
         cmd += ["-H", f"Authorization: Bearer {token}"]
