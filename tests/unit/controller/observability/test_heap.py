@@ -12,7 +12,7 @@ import anyio
 import pytest
 import structlog
 
-from controller.observability.heap import HeapKeeper
+from controller.observability.heap import HeapKeeper, settle
 from controller.observability.metrics import Metrics
 
 
@@ -131,3 +131,28 @@ async def test_long_pauses_are_logged_from_the_task_and_the_heap_rescanned() -> 
     assert k._callback not in gc.callbacks, "the hook goes with the task"
     warned = [e for e in logs if e["event"] == "garbage collection paused the process"]
     assert warned and warned[0]["full_collections"] >= 1
+
+
+def test_settle_frees_young_cycles_and_freezes_the_survivors_without_a_full_walk() -> None:
+    gc.unfreeze()
+    was_enabled = gc.isenabled()
+    gc.disable()  # no automatic collection in between: only settle's runs here
+    old = Node()
+    gc.collect()  # old now sits in the oldest generation
+    old_ref = weakref.ref(old)
+    del old  # dead, but only a full collection would see it
+    young_dead, survivor = Node(), Node()
+    dead_ref = weakref.ref(young_dead)
+    del young_dead
+    try:
+        settle()
+        assert dead_ref() is None  # the young generations were collected
+        assert not tracked(survivor)  # frozen: no later collection walks it
+        # the oldest generation was not walked: its dead cycle waits for the rescan
+        assert old_ref() is not None
+    finally:
+        gc.unfreeze()
+        gc.collect()
+        if was_enabled:
+            gc.enable()
+    assert old_ref() is None
