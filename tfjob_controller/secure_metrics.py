@@ -13,6 +13,7 @@ limit: a scrape must not wait behind creates, and the cache keeps them rare.
 from __future__ import annotations
 
 import argparse
+import functools
 import socket
 import ssl
 from collections.abc import Mapping
@@ -64,12 +65,10 @@ def metrics_tls(cert_dir: str, clock: Clock, namespace: str) -> TLSContext:
         "localhost",
         "127.0.0.1",
     ]
-    made: list[ssl.SSLContext] = []
 
+    @functools.cache
     def context() -> ssl.SSLContext:
-        if not made:
-            pair = self_signed(hosts, clock.now(), "tfjob-controller metrics CA")
-            made.append(memory_context(pair.tls_crt, pair.tls_key))
-        return made[0]
+        pair = self_signed(hosts, clock.now(), "tfjob-controller metrics CA")
+        return memory_context(pair.tls_crt, pair.tls_key)
 
     return context

@@ -75,7 +75,7 @@ async def run_scaling(
 ) -> Table:
     mode = args.qps[0]
     table: Table = {}
-    rounds = getattr(args, "rounds", 1)
+    rounds = args.rounds
     for n in args.scaling:
         args.jobs = n
         for round_ in range(1, rounds + 1):
@@ -167,11 +167,16 @@ def scaling_report(args: argparse.Namespace, table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def controllers(table: Table) -> list[str]:
+    """The controllers' titles in run order, ours first (the floor is not one)."""
+    return [t for t in table if t != FLOOR]
+
+
 def round_ratios(table: Table) -> dict[int, list[dict[str, float | None]]]:
     """Per job count, per round: each controller's CPU, and ``"<title> ratio"``, ours
     (the first controller) to that one. The k-th run of a controller at a job count is
     its round k (run_scaling's order)."""
-    titles = [t for t in table if t != FLOOR]
+    titles = controllers(table)
     if len(titles) < 2:
         return {}
     ours, others = titles[0], titles[1:]
@@ -199,7 +204,7 @@ def rounds_report(table: Table) -> list[str]:
     by_n = round_ratios(table)
     if not any(len(rows) > 1 for rows in by_n.values()):
         return []
-    titles = [t for t in table if t != FLOOR]
+    titles = controllers(table)
     others = titles[1:]
     lines = [
         "",

@@ -180,4 +180,10 @@ def test_rounds_pair_each_run_of_ours_with_the_other_run_of_its_round() -> None:
 
 
 def test_one_round_adds_no_round_table() -> None:
-    assert "round by round" not in scaling_report(args(), table())
+    one_round = {
+        title: [runs[0], next(r for r in runs if r[0] == 20)]
+        for title, runs in rounds_table().items()
+    }
+    text = scaling_report(args(), one_round)
+    assert "| ours | 10 |" in text and "| upstream, 4 threads | 20 |" in text
+    assert "round by round" not in text
