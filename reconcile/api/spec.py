@@ -10,7 +10,8 @@ still be cleaned up and TTL-deleted by the policy it does state.
 ``SpecCache`` memoizes the expensive half (pydantic parsing, validation, defaulting) per
 job key and UID, keyed by the exact spec, annotations and labels: the cached objects
 themselves while the informer hands out the same dicts (no serialization at all), else
-their sorted-key JSON bytes. A hit is
+their sorted-key JSON bytes; and the stored status as read, while the job's status is
+the same object (the informer's objects are never changed in place). A hit is
 exactly what ``read_job`` would compute again, so planning stays a pure function of the
 snapshot. The reconciler owns one cache and forgets a job when the job is gone.
 """
@@ -115,11 +116,17 @@ def lenient_run_policy(raw: Mapping[str, Any]) -> RunPolicy:
     return RunPolicy.model_validate(kept)
 
 
-def read_job(raw: JSON, checked: CheckedSpec | None = None) -> JobView:
+def read_job(
+    raw: JSON,
+    checked: CheckedSpec | None = None,
+    stored: tuple[JobStatus, str | None] | None = None,
+) -> JobView:
+    """The view of ``raw``; ``checked`` and ``stored``: its spec and its status as read
+    already (``JobStatus.read``), else read here."""
     meta = raw.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     generation = meta.get("generation")
-    status, status_error = JobStatus.read(raw.get("status"))
+    status, status_error = stored if stored is not None else JobStatus.read(raw.get("status"))
     return JobView(
         raw=raw,
         name=str(meta.get("name", "")),
@@ -143,6 +150,10 @@ class _Entry:
     spec_obj: tuple[object, object, object]
     spec_bytes: bytes | None
     checked: CheckedSpec
+    #: the status object last read for this job, kept alive for the identity check, and
+    #: what JobStatus.read made of it
+    status_obj: object = None
+    status_read: tuple[JobStatus, str | None] | None = None
 
 
 class SpecCache:
@@ -158,7 +169,22 @@ class SpecCache:
     def read(self, key: str, raw: JSON) -> JobView:
         meta = raw.get("metadata")
         uid = str(meta.get("uid", "")) if isinstance(meta, Mapping) else ""
-        return read_job(raw, self._checked(key, uid, raw))
+        checked = self._checked(key, uid, raw)
+        return read_job(raw, checked, self._stored(key, raw.get("status")))
+
+    def _stored(self, key: str, obj: object) -> tuple[JobStatus, str | None]:
+        """The stored status as read, read again only when the object changed: between
+        two of the job's own status writes its passes see the same status object. The
+        reading depends on nothing but the object, which the entry keeps alive, so the
+        same object is the same reading whichever job it came with."""
+        entry = self._entries.get(key)
+        if entry is not None and obj is not None and entry.status_obj is obj:
+            if entry.status_read is not None:
+                return entry.status_read
+        read = JobStatus.read(obj)
+        if entry is not None:
+            entry.status_obj, entry.status_read = obj, read
+        return read
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)

@@ -8,6 +8,7 @@ has, and keeps exactly one headless service per index below ``replicas``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from controller.types import JSON
 from reconcile.api.labels import is_master_role, replica_name
@@ -38,6 +39,8 @@ def new_pods(
 ) -> list[JSON]:
     """The pod bodies for the indexes to create, per replica type. TF_CONFIG is rendered
     now, from the spec as it is: a pod keeps the cluster layout it started with."""
+    if not any(creates.values()):
+        return []  # the usual pass: nothing to create, so no layout to render
     specs = job.replica_specs
     members = {
         rt: ClusterMember(replicas=s.count, port=tf_port(s.template)) for rt, s in specs.items()
@@ -109,9 +112,7 @@ def service_diff(
     """Exactly one headless service per index below replicas: create the missing ones,
     delete the rest (scale-down, removed types, duplicates under another name)."""
     specs = job.replica_specs
-    wanted: dict[str, tuple[str, int]] = {
-        replica_name(job.name, rt, i): (rt, i) for rt, s in specs.items() for i in range(s.count)
-    }
+    wanted = _service_names(job.name, tuple((rt, s.count) for rt, s in specs.items()))
     existing: set[str] = set()
     delete: list[JSON] = []
     for svc in services:
@@ -127,6 +128,13 @@ def service_diff(
         if svc_name not in existing
     ]
     return create, delete
+
+
+@lru_cache(maxsize=4096)
+def _service_names(job: str, counts: tuple[tuple[str, int], ...]) -> Mapping[str, tuple[str, int]]:
+    """{service name: (replica type, index)} of a job's replicas: the same every pass
+    until the spec changes, so made once (callers only read it)."""
+    return {replica_name(job, rt, i): (rt, i) for rt, n in counts for i in range(n)}
 
 
 def unique(pods: Iterable[ObservedPod]) -> list[ObservedPod]:

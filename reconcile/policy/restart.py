@@ -233,7 +233,13 @@ def account_replica(
             "succeeded_indexes": format_indexes(succeeded),
             "failed_indexes": format_indexes(failed),
             "active_indexes": format_indexes(active_indexes),
-            "index_retries": {str(i): r for i, r in sorted(retries.items()) if r != _NO_RETRY},
+            # identity first: an index nothing happened to holds _NO_RETRY itself, and a
+            # model's == is the slow part of a pass over a healthy job
+            "index_retries": {
+                str(i): r
+                for i, r in sorted(retries.items())
+                if r is not _NO_RETRY and r != _NO_RETRY
+            },
         }
     )
     return ReplicaAccount(

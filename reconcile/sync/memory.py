@@ -11,17 +11,21 @@ cannot say:
   changes under them (``JobRecord.planned_for``);
 - while its own writes are not all observed: the pods its last progress report was
   computed from (``reported``), and whether its status write is still in the background
-  (``status_in_flight``).
+  (``status_in_flight``);
+- the pods its last planned pass read, so that the next reads only those that changed
+  (``observed``).
 
 ``forget`` drops all of it when the job is gone; nothing else removes a job's memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.types import Pacer, SlotGate
 from reconcile.api.spec import SpecCache
+from reconcile.objects.observed import ObservedPod
 from reconcile.policy.failures import CreateFailures
 from reconcile.sync.progress import ProgressIntake
 
@@ -34,6 +38,9 @@ class JobRecord:
     reported: tuple[object, ...] | None = None
     #: its status write was handed to the background and is not back yet
     status_in_flight: bool = False
+    #: the pods its last planned pass read, by UID (reconcile.objects.observed
+    #: ``observe_all``'s ``known``): the next pass reads only the ones that changed
+    observed: Mapping[str, ObservedPod] | None = None
 
 
 class JobMemory:

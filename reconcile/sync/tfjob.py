@@ -29,6 +29,7 @@ the end, then delete" (see reconcile.policy.restart).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -50,7 +51,7 @@ from controller.types import (
     split_key,
 )
 from reconcile.api.spec import JobView, SpecCache
-from reconcile.objects.observed import observe_all
+from reconcile.objects.observed import ObservedPod, by_uid, observe_all
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.policy import conditions as cond
 from reconcile.policy.failures import CreateFailures
@@ -255,11 +256,15 @@ class TFJobReconciler:
             priorities=self._priorities(view),
             training=self.memory.progress.records(key) if self.memory.progress else (),
         )
-        plan = partial(_plan_of, snap, pods, self.config, status_only)
+        rec = self.memory.record(key)
+        plan = partial(_plan_of, snap, pods, self.config, status_only, rec.observed)
         if len(pods) + len(services) + _replicas(view) > PLAN_OFF_LOOP_OBJECTS:
             # the snapshot is the thread's alone: fresh lists, cached dicts never mutated
-            return view, await anyio.to_thread.run_sync(plan)
-        return view, plan()
+            planned, observed = await anyio.to_thread.run_sync(plan)
+        else:
+            planned, observed = plan()
+        rec.observed = by_uid(observed)
+        return view, planned
 
     async def _while_creating(self, key: str, raw: JSON) -> Result:
         """A job whose own creates (or deletes) are not all seen yet may not plan: it
@@ -363,9 +368,18 @@ def _versions(pods: list[JSON]) -> list[str]:
     return [p["metadata"].get("resourceVersion", "") for p in pods]
 
 
-def _plan_of(snap: Snapshot, pods: list[JSON], config: PlanConfig, status_only: bool) -> Plan:
-    """The plan of ``snap`` with ``pods`` in it, each read once (reconcile.objects.observed)."""
-    return compute_plan(replace(snap, pods=observe_all(pods)), config, status_only=status_only)
+def _plan_of(
+    snap: Snapshot,
+    pods: list[JSON],
+    config: PlanConfig,
+    status_only: bool,
+    known: Mapping[str, ObservedPod] | None,
+) -> tuple[Plan, tuple[ObservedPod, ...]]:
+    """The plan of ``snap`` with ``pods`` in it, each read once, or not at all if its view
+    in ``known`` is still current (reconcile.objects.observed); and the pods as read."""
+    observed = observe_all(pods, known)
+    plan = compute_plan(replace(snap, pods=observed), config, status_only=status_only)
+    return plan, observed
 
 
 def _replicas(view: JobView) -> int:

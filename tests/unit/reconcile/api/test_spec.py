@@ -102,6 +102,33 @@ def test_the_cache_checks_a_spec_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(cache) == 0
 
 
+def test_the_cache_reads_a_status_object_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored status is read again only when the job's status is another object:
+    passes between two status writes see the same one."""
+    reads: list[object] = []
+    real = spec_mod.JobStatus.read
+
+    def counting(obj: object) -> Any:
+        reads.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(spec_mod.JobStatus, "read", counting)
+    cache = SpecCache()
+    running = {"conditions": [], "replicaStatuses": {"Worker": {"active": 2}}}
+    job = {**make_tfjob("t").worker(2).obj(), "status": running}
+    first = cache.read(KEY, job)
+    again = cache.read(KEY, {**job, "metadata": dict(job["metadata"])})
+    assert again.status is first.status and len(reads) == 1
+    # a new status object (the job's own write seen), even an equal one, is read
+    done = {**job, "status": {"replicaStatuses": {"Worker": {"active": 0, "succeeded": 2}}}}
+    assert cache.read(KEY, done).status.replica_statuses["Worker"].succeeded == 2
+    assert cache.read(KEY, {**job, "status": dict(running)}).status == first.status
+    assert len(reads) == 3
+    # no status at all is an empty one, read each time (nothing to hold on to)
+    bare = make_tfjob("t").worker(2).obj()
+    assert cache.read(KEY, bare).status == spec_mod.JobStatus()
+
+
 def test_the_cache_is_bounded() -> None:
     cache = SpecCache(size=2)
     for name in ("a", "b", "c"):

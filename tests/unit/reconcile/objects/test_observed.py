@@ -104,3 +104,21 @@ def test_a_view_is_frozen() -> None:
     with pytest.raises(AttributeError):
         view.phase = "Succeeded"
     assert isinstance(view, ObservedPod)
+
+
+def test_a_known_view_is_kept_for_the_same_object_only() -> None:
+    """A pass hands back the views of the job's last one: a pod that is still the very
+    object its view was read from keeps it; a new version of the pod (a new object,
+    as the cache makes for every change), or a known view of another object under the
+    same UID, is read afresh."""
+    same, changed = pod(0).running().obj(), pod(1).running().obj()
+    known = {v.uid: v for v in observe_all([same, changed, pod(2).obj()])}
+    newer = {**changed, "status": {**changed["status"], "phase": "Succeeded"}}
+    lookalike = copy.deepcopy(same)
+    views = observe_all([same, newer], known)
+    assert views[0] is known[same["metadata"]["uid"]]
+    assert views[1] is not known[changed["metadata"]["uid"]]
+    assert views[1].raw is newer and views[1].phase == "Succeeded"
+    again = observe_all([lookalike], known)[0]
+    assert again is not known[same["metadata"]["uid"]] and again.raw is lookalike
+    assert again == known[same["metadata"]["uid"]]  # the same reading, freshly made

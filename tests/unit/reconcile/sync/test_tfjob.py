@@ -792,3 +792,25 @@ async def test_a_stragglers_event_goes_out_once_with_the_write_that_flags_it() -
         assert len(w.writer.statuses[-1]["trainingProgress"]["stragglers"]) == 1
         assert w.events.reasons.count("StragglerDetected") == 1
         tg.cancel_scope.cancel()
+
+
+async def test_a_pass_reads_only_the_pods_that_changed_since_the_last() -> None:
+    """Each pass keeps the views it read of the job's pods (JobMemory's ``observed``);
+    the next one reuses those whose cached object is the same, and reads the others."""
+    job = make_tfjob("t").worker(2).obj()
+    w = ReconcilerWorld(job)
+    await reconcile(w)
+    w.store_status()
+    for i in range(2):
+        w.pods.upsert(_at(make_pod(job, "Worker", i).uid(f"uid-{i}").running().obj(), "5"))
+    await reconcile(w)
+    record = w.reconciler.memory.peek(KEY)
+    assert record is not None and record.observed is not None
+    first = dict(record.observed)
+    assert set(first) == {"uid-0", "uid-1"}
+    w.pods.upsert(_at(make_pod(job, "Worker", 1).uid("uid-1").succeeded().obj(), "6"))
+    await reconcile(w)
+    assert record.observed is not None
+    assert record.observed["uid-0"] is first["uid-0"]
+    assert record.observed["uid-1"] is not first["uid-1"]
+    assert record.observed["uid-1"].phase == "Succeeded"
