@@ -71,16 +71,37 @@ _MAYBE_SECRET = re.compile(
 _known_secrets: set[str] = set()
 
 
+#: Short values already redacted, and what they became: the per-reconcile summary line
+#: carries the same few strings (a job's key, the controller's name, an outcome) again
+#: and again. Emptied whenever a credential is added, and when full.
+_seen: dict[str, str] = {}
+_SEEN_MAX = 4096
+_SEEN_LONGEST = 256
+
+
 def remember_secret(value: str) -> None:
     """Redact ``value`` (and, for "Bearer x"/"Basic x", x) from every log line."""
     for secret in (value, value.partition(" ")[2]):
-        if len(secret) >= 6:
+        if len(secret) >= 6 and secret not in _known_secrets:
             _known_secrets.add(secret)
+            _seen.clear()  # what was redacted before may hold this one
 
 
 def redact(text: str) -> str:
     """``text`` with every known credential, and anything shaped like one, replaced
     by a marker."""
+    done = _seen.get(text)
+    if done is not None:
+        return done
+    out = _redact(text)
+    if len(text) <= _SEEN_LONGEST:
+        if len(_seen) >= _SEEN_MAX:
+            _seen.clear()
+        _seen[text] = out
+    return out
+
+
+def _redact(text: str) -> str:
     for secret in _known_secrets:
         if secret in text:
             text = text.replace(secret, _REDACTED)
@@ -111,7 +132,18 @@ def _redact_value(value: Any) -> Any:
 
 
 def _redact_event(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
-    return {k: _redact_value(v) for k, v in event.items()}
+    out: dict[str, Any] = {}
+    # the common kinds inline: once per reconcile, for each of its summary's fields
+    for key, value in event.items():
+        kind = type(value)
+        if kind in _PLAIN:
+            out[key] = value
+        elif kind is str:
+            done = _seen.get(value)
+            out[key] = done if done is not None else redact(value)
+        else:
+            out[key] = _redact_value(value)
+    return out
 
 
 def _json_dumps(obj: Any, **_: Any) -> str:

@@ -164,17 +164,20 @@ class Controller:
             self._metrics.active_workers.inc()
         start = self._clock.monotonic()
         # Each reconcile starts from a clean log context: fields a reconciler binds
-        # (counts for the summary line) must not leak into the worker's next key.
+        # (counts for the summary line) must not leak into the worker's next key. Each
+        # clear walks every context variable: twice per pass, not four times.
         saved = structlog.contextvars.get_contextvars()
-        structlog.contextvars.clear_contextvars()
+        if saved:
+            structlog.contextvars.clear_contextvars()
         try:
-            with structlog.contextvars.bound_contextvars(
+            structlog.contextvars.bind_contextvars(
                 controller=self.name, key=key, reconcile_id=uuid.uuid4().hex
-            ):
-                await self._reconcile_and_log(key, start)
+            )
+            await self._reconcile_and_log(key, start)
         finally:
             structlog.contextvars.clear_contextvars()
-            structlog.contextvars.bind_contextvars(**saved)
+            if saved:
+                structlog.contextvars.bind_contextvars(**saved)
             self._in_flight -= 1
             if self._metrics:
                 self._metrics.active_workers.dec()

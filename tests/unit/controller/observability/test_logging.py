@@ -7,7 +7,7 @@ import logging
 import pytest
 import structlog
 
-from controller.observability.logging import configure_logging
+from controller.observability.logging import configure_logging, redact, remember_secret
 
 
 @pytest.fixture(autouse=True)
@@ -37,3 +37,30 @@ def test_default_format_is_json_off_a_tty() -> None:
     configure_logging(None, "debug", stream=out)
     structlog.get_logger("t").debug("x", n=1)
     assert json.loads(out.getvalue())["n"] == 1
+
+
+def test_a_credential_learnt_later_is_redacted_from_text_seen_before() -> None:
+    """Short values are redacted once and the result kept: a credential the client
+    learns afterwards (a rotated token) must still be taken out of them."""
+    secret = "rotated-9f8e7d6c5b4a"
+    text = f"pod ns/a said {secret}"
+    assert redact(text) == text  # nothing shaped like a credential: kept as it is
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    structlog.get_logger("t").info("seen", detail=text)
+    remember_secret(secret)
+    structlog.get_logger("t").info("seen", detail=text)
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["detail"] == text
+    assert secret not in second["detail"] and second["detail"].endswith("[REDACTED]")
+    assert redact(text) == second["detail"]
+
+
+def test_the_redaction_memo_is_bounded_and_skips_long_text() -> None:
+    from controller.observability import logging as log_mod
+
+    for i in range(log_mod._SEEN_MAX + 10):
+        redact(f"reconcile {i:08x}")
+    assert len(log_mod._seen) <= log_mod._SEEN_MAX
+    long = "x" * (log_mod._SEEN_LONGEST + 1)
+    assert redact(long) == long and long not in log_mod._seen

@@ -104,6 +104,43 @@ async def test_result_contract(
     )
 
 
+class BindingReconciler:
+    """Binds a field for the summary line, as the TFJob reconciler does."""
+
+    async def reconcile(self, key: str) -> Result:
+        structlog.contextvars.bind_contextvars(outcome=f"done-{key}")
+        return Result()
+
+
+@pytest.mark.parametrize("outer", [{}, {"worker": "w1", "key": "outer"}])
+async def test_each_pass_logs_in_a_clean_context_and_leaves_the_callers_as_it_was(
+    outer: dict[str, str],
+) -> None:
+    """A reconcile's own fields are on its summary line and on no other; whatever the
+    caller had bound is hidden during the pass and back afterwards."""
+    clock = FakeClock()
+    ctl = Controller(
+        "tfjob", BindingReconciler(), clock=clock, queue=WorkQueue[str]("tfjob", clock=clock)
+    )
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(**outer)
+    try:
+        with structlog.testing.capture_logs(
+            processors=[structlog.contextvars.merge_contextvars]
+        ) as logs:
+            await ctl.process("ns/a")
+            assert structlog.contextvars.get_contextvars() == outer
+            await ctl.process("ns/b")
+        first, second = (e for e in logs if e["event"] == "reconciled")
+        assert (first["key"], first["outcome"]) == ("ns/a", "done-ns/a")
+        assert (second["key"], second["outcome"]) == ("ns/b", "done-ns/b")
+        assert "worker" not in first and "worker" not in second
+        assert first["reconcile_id"] != second["reconcile_id"]
+        assert structlog.contextvars.get_contextvars() == outer
+    finally:
+        structlog.contextvars.clear_contextvars()
+
+
 def test_metrics_label_sets_are_zero_initialised() -> None:
     metrics = Metrics()
     Controller("tfjob", ScriptedReconciler(), metrics=metrics, workers=3)
