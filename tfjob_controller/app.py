@@ -345,11 +345,17 @@ class Budgets:
         """The reconciler's writers, each on its budget (PodGroups with gang scheduling)."""
         return Writers(
             jobs=ResourceClient(self.jobs, TFJOBS),
-            pods=ResourceClient(self._api, PODS),
-            services=ResourceClient(self._api, SERVICES),
+            # a child's create is only checked for success: its answer is not decoded
+            pods=ResourceClient(self._api, PODS, answers=False),
+            services=ResourceClient(self._api, SERVICES, answers=False),
             podgroups=ResourceClient(self.podgroups, podgroups) if podgroups else None,
             releases=ResourceClient(self.releases, PODS),
         )
+
+    def event_writer(self) -> ResourceClient:
+        """Where the events go, on their budget; the recorder only checks that each was
+        made, so their answers are not decoded."""
+        return ResourceClient(self.events, EVENTS, answers=False)
 
 
 def event_recorder(writer: EventWriter, clock: Clock, metrics: Metrics) -> EventRecorder:
@@ -479,7 +485,7 @@ async def run(args: argparse.Namespace) -> int:
             leading=lambda: elector is None or elector.leading,
             own_namespace=args.leader_election_namespace or _pod_namespace(),
         )
-        recorder = event_recorder(ResourceClient(budgets.events, EVENTS), clock, metrics)
+        recorder = event_recorder(budgets.event_writer(), clock, metrics)
         # the failed writes an alert watches exist from the first scrape, so an
         # increase() sees their first one (config/prometheus/alerts.yaml)
         for reason in WATCHED_WARNINGS:

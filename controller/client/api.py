@@ -269,10 +269,13 @@ class KubeApi:
         content_type: str = "application/json",
         request_timeout: float | None = None,
         priority: int = PRIORITY_NORMAL,
+        decode: bool = True,
     ) -> JSON:
         """Send one request; return the decoded JSON body ({} when empty). ``priority``
         orders it among requests waiting for the client-side rate limit
-        (``controller.queue.ratelimit.PRIORITY_*``; lower goes first)."""
+        (``controller.queue.ratelimit.PRIORITY_*``; lower goes first). ``decode=False``:
+        a 2xx answer's body is not decoded and {} is returned (for callers that only
+        need to know the write was made); a failure is decoded and raised as ever."""
         data = None if body is None else encode_json(body)
         total = request_timeout if request_timeout is not None else self.settings.request_timeout
         target = _target(path, params)
@@ -300,7 +303,7 @@ class KubeApi:
             if status == 401 and attempt == 0 and await self._renew_credentials(method, path):
                 continue  # a fresh credential: the same request once more
             break
-        return _answer(method, path, status, raw)
+        return _answer(method, path, status, raw, decode)
 
     async def _coalesced(
         self,
@@ -359,12 +362,13 @@ class KubeApi:
         *,
         content_type: str = "application/json",
         request_timeout: float | None = None,
+        decode: bool = True,
     ) -> Answers:
         """``(path, body)`` writes of one method sent together on one connection
         (http.Pool.pipeline), each with its own token of the rate limit: for writes
-        nobody waits for, such as events. Each gets its decoded answer or the exception
-        ``request`` would have raised; one that fails is not sent again (a 401 only
-        renews the credential for the writes after)."""
+        nobody waits for, such as events. Each gets its decoded answer (``decode``, as
+        for ``request``) or the exception ``request`` would have raised; one that fails
+        is not sent again (a 401 only renews the credential for the writes after)."""
         if not writes:
             return []
         bodies = [encode_json(body) for _, body in writes]
@@ -390,7 +394,7 @@ class KubeApi:
                 out.append(errors.ConnectionFailed(msg))
                 continue
             try:
-                out.append(_answer(method, path, *answer))
+                out.append(_answer(method, path, *answer, decode))
             except errors.ApiError as exc:
                 out.append(exc)
         if any(isinstance(a, errors.Unauthorized) for a in out):
@@ -482,11 +486,12 @@ def _fail_all(company: Sequence[_Departure], exc: BaseException) -> None:
             d.answer.set_exception(lost)
 
 
-def _answer(method: str, path: str, status: int, raw: bytes) -> JSON:
-    """A 2xx answer's decoded body ({} when empty); any other status as its API error."""
+def _answer(method: str, path: str, status: int, raw: bytes, decode: bool = True) -> JSON:
+    """A 2xx answer's decoded body ({} when empty, or not to be decoded); any other
+    status as its API error."""
     if not 200 <= status < 300:
         raise decode_error(status, raw)
-    if not raw:
+    if not raw or not decode:
         return {}
     try:
         decoded = decode_json(raw)

@@ -59,9 +59,15 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", kind="Lease")
 
 
 class ResourceClient:
-    def __init__(self, api: KubeApi, resource: Resource) -> None:
+    """``answers=False``: a write that succeeds (create, patch, replace) returns {}, its
+    answer's body never decoded: for writers whose callers only need to know that it
+    was made, such as a controller's creates of its children and its events. Failures
+    are read and raised as ever; reads always return what they read."""
+
+    def __init__(self, api: KubeApi, resource: Resource, *, answers: bool = True) -> None:
         self.api = api
         self.resource = resource
+        self.answers = answers
         r = resource
         self._prefix = f"/apis/{r.group}/{r.version}" if r.group else f"/api/{r.version}"
 
@@ -163,12 +169,13 @@ class ResourceClient:
             yield _checked_events(lines)
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> JSON:
-        return await self.api.request("POST", self.path(namespace), body=body)
+        return await self.api.request("POST", self.path(namespace), body=body, decode=self.answers)
 
     async def create_many(self, items: Sequence[tuple[str, Mapping[str, Any]]]) -> Answers:
         """Creates sent together on one connection (KubeApi.pipeline): for objects nobody
         waits for, such as events."""
-        return await self.api.pipeline("POST", [(self.path(ns), body) for ns, body in items])
+        writes = [(self.path(ns), body) for ns, body in items]
+        return await self.api.pipeline("POST", writes, decode=self.answers)
 
     async def patch_many(
         self,
@@ -178,10 +185,14 @@ class ResourceClient:
     ) -> Answers:
         """Patches sent together on one connection (KubeApi.pipeline)."""
         writes = [(self.path(ns, name), body) for ns, name, body in items]
-        return await self.api.pipeline("PATCH", writes, content_type=content_type)
+        return await self.api.pipeline(
+            "PATCH", writes, content_type=content_type, decode=self.answers
+        )
 
     async def replace(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
-        return await self.api.request("PUT", self.path(namespace, name), body=body)
+        return await self.api.request(
+            "PUT", self.path(namespace, name), body=body, decode=self.answers
+        )
 
     async def replace_status(
         self, namespace: str, name: str, body: Mapping[str, Any], *, urgent: bool = True
@@ -193,6 +204,7 @@ class ResourceClient:
             self.path(namespace, name, "status"),
             body=body,
             priority=PRIORITY_HIGH if urgent else PRIORITY_NORMAL,
+            decode=self.answers,
         )
 
     async def patch(
@@ -205,7 +217,11 @@ class ResourceClient:
         subresource: str | None = None,
     ) -> JSON:
         return await self.api.request(
-            "PATCH", self.path(namespace, name, subresource), body=body, content_type=content_type
+            "PATCH",
+            self.path(namespace, name, subresource),
+            body=body,
+            content_type=content_type,
+            decode=self.answers,
         )
 
     async def delete(

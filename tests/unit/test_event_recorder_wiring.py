@@ -44,3 +44,20 @@ async def test_a_full_buffer_of_creates_gives_way_to_a_warning() -> None:
     await rec.flush()
     assert written.reasons.count("FailedCreatePod") == 1
     assert len(written.reasons) == full
+
+
+def test_only_the_writes_whose_answers_are_read_decode_them() -> None:
+    """Children's creates and events are only checked for success; a status write's
+    answer and a release's (its resourceVersion says whether an event will come) are
+    read, and so is everything the informers list and watch."""
+    from controller.client.api import ClientSettings, KubeApi
+    from controller.client.auth.kubeconfig import new_configuration
+    from tfjob_controller.app import Budgets
+
+    cfg = new_configuration()
+    cfg.host = "http://127.0.0.1:1"
+    budgets = Budgets(KubeApi(cfg, ClientSettings(qps=20, burst=30, tick=0.1)))
+    writers = budgets.writers(None)
+    assert (writers.pods.answers, writers.services.answers) == (False, False)
+    assert (writers.jobs.answers, writers.releases.answers) == (True, True)
+    assert budgets.event_writer().answers is False

@@ -10,6 +10,7 @@ from controller import errors
 from controller.client import http
 from controller.client.api import ClientSettings, KubeApi
 from controller.client.auth.kubeconfig import new_configuration
+from controller.client.kube import EVENTS, ResourceClient
 from tests.unit.controller.client.test_http import pool, raw_server, read_request
 
 
@@ -137,6 +138,43 @@ async def test_kubeapi_pipeline_decodes_each_answer_or_its_error() -> None:
     assert got[0] == {"a": 1}
     assert isinstance(got[1], errors.AlreadyExists)
     assert isinstance(got[2], errors.ConnectionFailed), "a 2xx whose body is not JSON"
+
+
+async def test_a_writer_that_needs_no_answers_decodes_only_the_failures() -> None:
+    """ResourceClient(answers=False): what succeeded comes back as {} without its body
+    being read (even one that is not JSON); a refusal is still its API error."""
+    conflict = b'{"kind":"Status","reason":"AlreadyExists","code":409,"message":"exists"}'
+
+    async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        for _ in range(3):
+            await read_request(r, [])
+        w.write(answer(201, b'{"a":1}') + answer(409, conflict) + answer(201, b"not json"))
+        await read_request(r, [])
+        w.write(answer(201, b'{"kind":"Event"}'))
+        await read_request(r, [])
+        w.write(answer(409, conflict))
+        await r.read()
+
+    async with raw_server(script) as (url, _):
+        cfg = new_configuration()
+        cfg.host = url
+        api = KubeApi(cfg, ClientSettings(qps=0))
+        quiet = ResourceClient(api, EVENTS, answers=False)
+        try:
+            got = await quiet.create_many([("a", {"n": i}) for i in range(3)])
+            single = await quiet.create("a", {"n": 3})
+            try:
+                await quiet.create("a", {"n": 4})
+            except errors.AlreadyExists as exc:
+                refused: Exception | None = exc
+            else:
+                refused = None
+        finally:
+            await api.close()
+    assert got[0] == {} and got[2] == {}
+    assert isinstance(got[1], errors.AlreadyExists)
+    assert single == {}
+    assert isinstance(refused, errors.AlreadyExists) and "exists" in str(refused)
 
 
 async def test_a_401_in_a_batch_renews_the_credential_once() -> None:
