@@ -130,10 +130,11 @@ def service_diff(
     return create, delete
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def _service_names(job: str, counts: tuple[tuple[str, int], ...]) -> Mapping[str, tuple[str, int]]:
     """{service name: (replica type, index)} of a job's replicas: the same every pass
-    until the spec changes, so made once (callers only read it)."""
+    until the spec changes, so made once (callers only read it). About 1.4 KB a job of 8
+    replicas: a few hundred jobs' worth is kept, not one for each of thousands."""
     return {replica_name(job, rt, i): (rt, i) for rt, n in counts for i in range(n)}
 
 
