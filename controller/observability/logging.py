@@ -139,8 +139,7 @@ def _redact_event(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str
         if kind in _PLAIN:
             out[key] = value
         elif kind is str:
-            done = _seen.get(value)
-            out[key] = done if done is not None else redact(value)
+            out[key] = redact(value)
         else:
             out[key] = _redact_value(value)
     return out

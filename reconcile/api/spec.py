@@ -178,9 +178,8 @@ class SpecCache:
         reading depends on nothing but the object, which the entry keeps alive, so the
         same object is the same reading whichever job it came with."""
         entry = self._entries.get(key)
-        if entry is not None and obj is not None and entry.status_obj is obj:
-            if entry.status_read is not None:
-                return entry.status_read
+        if entry is not None and entry.status_read is not None and entry.status_obj is obj:
+            return entry.status_read
         read = JobStatus.read(obj)
         if entry is not None:
             entry.status_obj, entry.status_read = obj, read

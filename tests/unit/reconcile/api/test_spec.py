@@ -124,7 +124,7 @@ def test_the_cache_reads_a_status_object_once(monkeypatch: pytest.MonkeyPatch) -
     assert cache.read(KEY, done).status.replica_statuses["Worker"].succeeded == 2
     assert cache.read(KEY, {**job, "status": dict(running)}).status == first.status
     assert len(reads) == 3
-    # no status at all is an empty one, read each time (nothing to hold on to)
+    # no status at all is an empty one
     bare = make_tfjob("t").worker(2).obj()
     assert cache.read(KEY, bare).status == spec_mod.JobStatus()
 
