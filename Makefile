@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: bench-scale bench-failover ops-tools venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress
+	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress run-check run-tf-check
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -40,7 +40,11 @@ tf-image: node-binaries
 
 # Real TensorFlow on the real node: the training programs of tests/tf/programs/ run by
 # TFJobs in the TensorFlow image (tests marked tf, which `make test` leaves out).
+# First `make run-tf` as a newcomer runs it, on a cluster of its own (one real node at a
+# time: the main cluster's leaves first, and the tests add it back).
 e2e-tf: lint cluster tf-image
+	hack/cluster.sh down --real-node
+	hack/run-check.sh run-tf
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider -m 'tf or tf_quick' tests/cluster
 
 cluster: binaries
@@ -49,9 +53,19 @@ cluster: binaries
 cluster-down:
 	hack/cluster.sh down
 
-# The controller on the local cluster with a sample TFJob, printing its progress.
+# The controller on the local cluster with the sample TFJobs, printing their progress,
+# until each has finished: exits 0 when every one Succeeded, the cluster left up.
 run: cluster
 	$(PY) -m hack.run_local
+
+# `make run` (run-tf-check: `make run-tf`) as a newcomer runs it, bounded, on a cluster
+# directory of its own that is brought up from nothing and taken down after
+# (hack/run-check.sh); `make test` runs run-check, `make e2e-tf` run-tf-check.
+run-check: binaries
+	hack/run-check.sh run
+
+run-tf-check: binaries tf-image
+	hack/run-check.sh run-tf
 
 # Real TensorFlow in one command: the local cluster with the real node and the TensorFlow
 # image, the controller, and the MultiWorkerMirroredStrategy sample trained to the end.
@@ -72,9 +86,11 @@ unit: venv
 # Every test: lint and layering checks, unit tests, the cluster tests against the real
 # local control plane (left running afterwards for fast re-runs; tests/cluster/
 # test_real_node.py adds the real node to it, and one MultiWorkerMirroredStrategy job
-# trains on it with real TensorFlow), then the image test.
+# trains on it with real TensorFlow), then `make run` as a newcomer runs it (its own
+# cluster, hack/run-check.sh) and the image test.
 test: lint cluster node-binaries tf-image ops-tools
 	TFJOB_KEEP_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider
+	hack/run-check.sh run
 	PYTHON=$(PY) hack/image-test.sh
 
 # The long fuzz runs (make test runs short seeded ones): 10,000 specs through the pure

@@ -53,20 +53,24 @@ def say(msg: str) -> None:
     print(f"[bench-failover {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def ours_argv(d: Path, qps: float) -> list[str]:
+    return [
+        str(REPO / ".venv" / "bin" / "tfjob-controller"),
+        f"--kubeconfig={d / 'kubeconfig'}",
+        "--log-format=json",
+        "--leader-elect",
+        "--leader-election-namespace=default",
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=127.0.0.1:0",
+        f"--kube-api-qps={qps}",
+    ]
+
+
 def ours(d: Path, log: Path, qps: float) -> subprocess.Popen[bytes]:
     byte_compile()
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [
-                str(REPO / ".venv" / "bin" / "tfjob-controller"),
-                f"--kubeconfig={d / 'kubeconfig'}",
-                "--log-format=json",
-                "--leader-elect",
-                "--leader-election-namespace=default",
-                "--metrics-bind-address=0",
-                "--health-probe-bind-address=127.0.0.1:0",
-                f"--kube-api-qps={qps}",
-            ],
+            ours_argv(d, qps),
             stdout=out,
             stderr=subprocess.STDOUT,
         )

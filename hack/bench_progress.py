@@ -284,6 +284,24 @@ def cluster_for(name: str, pods: int, node_pods: int, say: Callable[[str], None]
     return d
 
 
+def controller_argv(
+    d: Path, metrics_port: int, qps: float, burst: int, progress: list[str]
+) -> list[str]:
+    """The controller under measure: plain /metrics (the benchmark scrapes it), the
+    client limits asked for, the progress endpoint with ``progress``'s flags."""
+    return [
+        str(REPO / ".venv" / "bin" / "tfjob-controller"),
+        f"--kubeconfig={d / 'kubeconfig'}",
+        "--log-format=json",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        "--metrics-secure=false",
+        f"--kube-api-qps={qps}",
+        f"--kube-api-burst={burst}",
+        "--health-probe-bind-address=127.0.0.1:0",
+        *progress,
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     d = cluster_for(".cluster-bench-progress", args.jobs * args.replicas, args.node_pods, say)
     flags = progress_flags(d / "pki")
@@ -291,17 +309,7 @@ def run(args: argparse.Namespace) -> int:
     byte_compile()
     with open(d / "logs" / "bench-progress-controller.log", "wb") as logf:
         ctrl = subprocess.Popen(
-            [
-                str(REPO / ".venv" / "bin" / "tfjob-controller"),
-                f"--kubeconfig={d / 'kubeconfig'}",
-                "--log-format=json",
-                f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-                "--metrics-secure=false",
-                f"--kube-api-qps={args.qps}",
-                f"--kube-api-burst={args.burst}",
-                "--health-probe-bind-address=127.0.0.1:0",
-                *flags,
-            ],
+            controller_argv(d, metrics_port, args.qps, args.burst, flags),
             stdout=logf,
             stderr=subprocess.STDOUT,
         )

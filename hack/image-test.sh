@@ -174,13 +174,16 @@ run_container() {
   } | "${k[@]}" apply -f - >/dev/null
   "${k[@]}" -n default create token metrics-scraper >"$cfg/scraper-token"
   docker rm -f "$CONTAINER" >/dev/null 2>&1 || true
+  # the controller's arguments, one array (tests/unit/test_own_invocations.py parses it)
+  local args=(
+    --kubeconfig /config/kubeconfig --leader-elect --leader-election-namespace default
+    --log-format=json --metrics-bind-address "127.0.0.1:$metrics"
+    --health-probe-bind-address "127.0.0.1:$probes"
+  )
   log "docker run: user 65532, read-only root, no capabilities, --network host"
   docker run -d --name "$CONTAINER" --network host \
     --user 65532:65532 --read-only --cap-drop ALL --security-opt no-new-privileges \
-    -e PYTHONUNBUFFERED=1 -v "$cfg:/config:ro" "$IMAGE" \
-    --kubeconfig /config/kubeconfig --leader-elect --leader-election-namespace default \
-    --log-format=json --metrics-bind-address "127.0.0.1:$metrics" \
-    --health-probe-bind-address "127.0.0.1:$probes" >/dev/null
+    -e PYTHONUNBUFFERED=1 -v "$cfg:/config:ro" "$IMAGE" "${args[@]}" >/dev/null
   "$PY" -m hack.image_check --container "$CONTAINER" --token-file "$cfg/scraper-token" \
     --metrics "https://127.0.0.1:$metrics" --probes "http://127.0.0.1:$probes"
   rm -rf "$cfg"

@@ -1,10 +1,13 @@
-"""`make run`: the controller on the local cluster with a sample TFJob.
+"""`make run`: the controller on the local cluster with the sample TFJobs.
 
-Starts tfjob-controller against .cluster/kubeconfig, applies the sample TFJobs in
-config/samples/ to the namespace `default`, prints each job's progress (conditions and
-replica counts) as it changes, finishes the training pods the way a real kubelet would
-report a clean exit (kwok has no real processes), and stops when every job has finished.
-Ctrl-C stops early. The controller's own log goes to .cluster/logs/tfjob-controller.log.
+Starts tfjob-controller against .cluster/kubeconfig (TFJOB_CLUSTER_DIR picks another
+cluster), applies the sample TFJobs in config/samples/ to the namespace `default`,
+prints each job's progress (conditions and replica counts) as it changes, finishes the
+training pods the way a real kubelet would report a clean exit (kwok has no real
+processes), and once every job has finished prints each one's outcome, stops the
+controller and exits: 0 when every sample Succeeded. The cluster stays up for the next
+command. Ctrl-C stops early. The controller's own log goes to
+<cluster>/logs/tfjob-controller.log; on a failure its last lines are printed.
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ def progress_flags(pki: Path) -> list[str]:
     its certificate is signed by the CA in ``pki`` (the local cluster's)."""
     ip = cluster_mod.node.node_ip()
     ensure_serving_cert(pki, "progress", ["127.0.0.1", ip], ["localhost"])
-    port = cluster_mod.free_port()
+    return progress_args(ip, cluster_mod.free_port(), pki)
+
+
+def progress_args(ip: str, port: int, pki: Path) -> list[str]:
     return [
         f"--progress-url=https://{ip}:{port}",
         f"--progress-bind-address=:{port}",
@@ -86,6 +92,39 @@ def finished(job: dict[str, Any]) -> bool:
     )
 
 
+def outcome(job: dict[str, Any]) -> str:
+    """Succeeded, Failed (with its reason and message) or the state it was left in."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True":
+            why = ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
+            return c["type"] if c["type"] == "Succeeded" else f"Failed ({why})"
+    return "not finished"
+
+
+#: how long `make run` waits for its samples (kwok pods: seconds in the ordinary run)
+TIMEOUT = 300.0
+#: lines of the controller's log printed when a run fails
+LOG_TAIL = 30
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL) -> str:
+    """The last ``lines`` lines of the log at ``path``, for a failure's report."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 256 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError as e:
+        return f"(no log: {e})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def fail(msg: str, log: Path) -> int:
+    say(f"{msg}; the last lines of {log}:")
+    print(log_tail(log), flush=True)
+    return 1
+
+
 def main() -> int:
     d = cluster_mod.cluster_dir()
     state = cluster_mod.load_state(d)
@@ -94,6 +133,7 @@ def main() -> int:
         return 1
     api = cluster_mod.Api(d, state["ports"]["apiserver"])
     kubeconfig = d / "kubeconfig"
+    log = controller_log(d)
     ctrl = start_controller(d)
     names = []
     try:
@@ -104,52 +144,54 @@ def main() -> int:
                 name = doc["metadata"]["name"]
                 delete_tfjob(api, name)
                 if not create_tfjob(api, doc):
-                    return 1
+                    return fail(f"could not create {name}", log)
                 names.append(name)
                 say(f"applied TFJob {NS}/{name} from {f.relative_to(REPO)}")
         last: dict[str, str] = {}
+        jobs: dict[str, dict[str, Any]] = {}
         finishing: set[str] = set()
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
             if ctrl.poll() is not None:
-                say(f"controller exited with {ctrl.returncode}; see its log")
-                return 1
-            done = 0
+                return fail(f"controller exited with {ctrl.returncode}", log)
             for name in names:
                 status, job = api.request("GET", f"{TFJOBS}/{name}")
                 if status != 200:
                     continue
+                jobs[name] = job
                 line = summary(job)
                 if last.get(name) != line:
                     say(line)
                     last[name] = line
-                if finished(job):
-                    done += 1
-                    continue
-                if name not in finishing:
+                if not finished(job) and name not in finishing:
                     finishing |= finish_when_running(api, job)
-            if done == len(names):
-                say("all sample jobs finished; pods and services:")
-                for kind in ("pods", "services"):
-                    _, lst = api.request(
-                        "GET",
-                        f"/api/v1/namespaces/{NS}/{kind}?labelSelector="
-                        "training.kubeflow.org/operator-name%3Dtfjob-controller",
-                    )
-                    for item in lst.get("items", []):
-                        phase = item.get("status", {}).get("phase", "")
-                        print(f"    {kind[:-1]:8s} {item['metadata']['name']:32s} {phase}")
-                say(
-                    "the controller keeps running until you press Ctrl-C; run it yourself with "
-                    f".venv/bin/tfjob-controller --kubeconfig {kubeconfig}"
-                )
-                if os.environ.get("RUN_EXIT_WHEN_DONE") == "1":
-                    return 0
-                ctrl.wait()
-                return 0
+            if len(jobs) == len(names) and all(finished(j) for j in jobs.values()):
+                break
             time.sleep(0.5)
-        say("timed out waiting for the sample jobs")
-        return 1
+        else:
+            for name in names:
+                say(f"  {name}: {outcome(jobs.get(name, {}))}")
+            return fail(f"timed out after {TIMEOUT:g}s waiting for the sample jobs", log)
+        say("every sample job has finished; pods and services:")
+        for kind in ("pods", "services"):
+            _, lst = api.request(
+                "GET",
+                f"/api/v1/namespaces/{NS}/{kind}?labelSelector="
+                "training.kubeflow.org/operator-name%3Dtfjob-controller",
+            )
+            for item in lst.get("items", []):
+                phase = item.get("status", {}).get("phase", "")
+                print(f"    {kind[:-1]:8s} {item['metadata']['name']:32s} {phase}")
+        say("outcomes:")
+        for name in names:
+            say(f"  {NS}/{name}: {outcome(jobs[name])}")
+        if not all(outcome(jobs[n]) == "Succeeded" for n in names):
+            return fail("not every sample Succeeded", log)
+        say(
+            "the cluster stays up (`make cluster-down` takes it down); run the controller"
+            f" yourself with .venv/bin/tfjob-controller --kubeconfig {kubeconfig}"
+        )
+        return 0
     except KeyboardInterrupt:
         return 130
     finally:
@@ -175,23 +217,37 @@ def create_tfjob(api: cluster_mod.Api, doc: dict[str, Any]) -> bool:
     return status == 201
 
 
+def controller_log(d: Path) -> Path:
+    return d / "logs" / "tfjob-controller.log"
+
+
+def controller_argv(exe: str, d: Path, progress: list[str]) -> list[str]:
+    """How `make run` and `make run-tf` start the controller against the cluster in
+    ``d``: /metrics as deployed (HTTPS, a token needed) and the probes each on an
+    ephemeral port of its own, the progress endpoint with ``progress``'s flags."""
+    return [
+        exe,
+        f"--kubeconfig={d / 'kubeconfig'}",
+        "--log-format=json",
+        "--metrics-bind-address=127.0.0.1:0",
+        "--health-probe-bind-address=127.0.0.1:0",
+        *progress,
+    ]
+
+
 def start_controller(d: Path) -> subprocess.Popen[bytes]:
     """tfjob-controller against the cluster in ``d``, its log in d/logs."""
-    logf = open(d / "logs" / "tfjob-controller.log", "ab")
+    log = controller_log(d)
     exe = REPO / ".venv" / "bin" / "tfjob-controller"
-    ctrl = subprocess.Popen(
-        [
-            str(exe) if exe.exists() else "tfjob-controller",
-            f"--kubeconfig={d / 'kubeconfig'}",
-            "--log-format=json",
-            "--metrics-bind-address=127.0.0.1:0",
-            "--health-probe-bind-address=127.0.0.1:0",
-            *progress_flags(d / "pki"),
-        ],
-        stdout=logf,
-        stderr=subprocess.STDOUT,
-    )
-    say(f"controller started (pid {ctrl.pid}); log: {d / 'logs' / 'tfjob-controller.log'}")
+    with open(log, "ab") as logf:
+        ctrl = subprocess.Popen(
+            controller_argv(
+                str(exe) if exe.exists() else "tfjob-controller", d, progress_flags(d / "pki")
+            ),
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
+    say(f"controller started (pid {ctrl.pid}); log: {log}")
     return ctrl
 
 

@@ -7,7 +7,8 @@ the ConfigMap tf-programs, applies config/samples/tf/tfjob-mwms.yaml to the name
 a backup on the node), then prints the job's status as it changes (with the training
 progress its workers report, docs/progress.md) and the training's progress lines from
 worker 0's log, until the job has finished. Its exit status says
-how: 0 Succeeded. The controller's log goes to .cluster/logs/tfjob-controller.log.
+how: 0 Succeeded. The controller's log goes to <cluster>/logs/tfjob-controller.log; on
+a failure its last lines are printed.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ import hack.cluster as cluster_mod
 from hack.run_local import (
     NS,
     TFJOBS,
+    controller_log,
     create_tfjob,
     delete_tfjob,
+    fail,
     finished,
+    outcome,
     say,
     start_controller,
     stop_controller,
@@ -80,6 +84,7 @@ def main() -> int:
     api = cluster_mod.Api(d, state["ports"]["apiserver"])
     doc = yaml.safe_load(SAMPLE.read_text())
     name = doc["metadata"]["name"]
+    log = controller_log(d)
     ctrl = start_controller(d)
     try:
         data = {p.name: p.read_text() for p in sorted(PROGRAMS.glob("*.py"))}
@@ -95,14 +100,13 @@ def main() -> int:
             CONFIGMAPS,
         )
         if not fresh_job(api, doc):
-            return 1
+            return fail(f"could not create {name}", log)
         say(f"applied TFJob {NS}/{name} from {SAMPLE.relative_to(REPO)}; worker 0's progress:")
         last, shown, pod_uid = "", 0, None
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
             if ctrl.poll() is not None:
-                say(f"controller exited with {ctrl.returncode}; see its log")
-                return 1
+                return fail(f"controller exited with {ctrl.returncode}", log)
             status, job = api.request("GET", f"{TFJOBS}/{name}")
             if status != 200:
                 time.sleep(0.5)
@@ -121,18 +125,16 @@ def main() -> int:
                 print(describe(x), flush=True)
             shown = max(shown, len(lines))
             if finished(job):
-                ok = any(
-                    c["type"] == "Succeeded" and c["status"] == "True"
-                    for c in job["status"]["conditions"]
-                )
+                result = outcome(job)
+                if result != "Succeeded":
+                    return fail(f"{NS}/{name}: {result}", log)
                 say(
-                    f"{name} {'Succeeded' if ok else 'Failed'}; the cluster stays up"
+                    f"{NS}/{name}: {result}; the cluster stays up"
                     " (`make cluster-down` takes it down)"
                 )
-                return 0 if ok else 1
+                return 0
             time.sleep(1)
-        say(f"timed out after {TIMEOUT}s waiting for {name}")
-        return 1
+        return fail(f"timed out after {TIMEOUT}s waiting for {name}", log)
     except KeyboardInterrupt:
         return 130
     finally:

@@ -40,10 +40,11 @@ from controller.client.api import ClientSettings, KubeApi
 from controller.client.kube import EVENTS, LEASES, PODS, SERVICES, Resource, ResourceClient, served
 from controller.clock import SystemClock
 from controller.observability import heap
+from controller.observability.addresses import Sharing, sharing
 from controller.observability.logging import add_logging_flags, configure_logging
 from controller.observability.looplag import LoopLagMonitor
 from controller.observability.metrics import Metrics
-from controller.observability.server import add_server_flags, serve_probes
+from controller.observability.server import add_server_flags, probe_address_problem, serve_probes
 from controller.queue.workqueue import WorkQueue
 from controller.runtime.background import Background
 from controller.runtime.controller import Controller
@@ -261,16 +262,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.wake_gate, args.event_loop = event_loop_choice(
         args.event_loop, args.wake_gate, args.kube_api_qps
     )
-    if (
-        args.metrics_secure
-        and args.metrics_bind_address != "0"
-        and args.metrics_bind_address == args.health_probe_bind_address
-    ):
-        p.error(
-            "--metrics-secure needs --health-probe-bind-address to differ from"
-            " --metrics-bind-address: a kubelet probe sends no token"
-        )
+    problem = address_problem(args)
+    if problem:
+        p.error(problem)
     return args
+
+
+def address_problem(args: argparse.Namespace) -> str | None:
+    """Why the servers' bind addresses cannot all be bound as given, or None: compared
+    as the sockets they would be, not as strings (controller.observability.addresses)."""
+    problem = probe_address_problem(
+        args.metrics_bind_address, args.health_probe_bind_address, secure=args.metrics_secure
+    )
+    if problem or not args.progress_url:
+        return problem
+    for flag, other in (
+        ("--metrics-bind-address", args.metrics_bind_address),
+        ("--health-probe-bind-address", args.health_probe_bind_address),
+    ):
+        try:
+            shared = sharing(args.progress_bind_address, other)
+        except ValueError as e:
+            return str(e)
+        if shared is not Sharing.APART:
+            return (
+                f"--progress-bind-address {args.progress_bind_address} would share a socket"
+                f" with {flag} {other}: the progress endpoint needs a port of its own"
+            )
+    return None
 
 
 #: The wake gate under a client-side rate limit (--wake-gate), and its largest value: a

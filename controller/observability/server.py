@@ -1,11 +1,13 @@
 """HTTP endpoints: /metrics, /debug/queue, /healthz, /readyz.
 
-Contract: one server per distinct bind address. With the defaults
-(--metrics-bind-address :8443, --health-probe-bind-address :8081) that is two servers,
-/metrics on the first and the probes on the second; when both flags name the same
-address, one server serves all three paths (plain metrics only). An address of "0"
+Contract: one server per socket. With the defaults (--metrics-bind-address :8443,
+--health-probe-bind-address :8081) that is two servers, /metrics on the first and the
+probes on the second; when both flags name the same socket (the same port on the same
+interfaces, port 0 excepted: each port 0 is a socket of its own), one server serves all
+three paths (plain metrics only). Addresses that overlap without being the same (":8081"
+and "127.0.0.1:8081") are refused: the second could never be bound. An address of "0"
 disables that endpoint set (controller-runtime's convention). ":8443" binds every
-interface.
+interface (controller.observability.addresses).
 
 Secure metrics (--metrics-secure, the default, as Kubebuilder's since v4): the metrics
 address speaks TLS, and each request passes a guard first (controller.serving.access:
@@ -57,6 +59,7 @@ import structlog
 from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.tls import TLSStream
 
+from controller.observability.addresses import OFF, Sharing, parse_address, sharing
 from controller.observability.prometheus import CONTENT_TYPE, Registry
 
 log = structlog.get_logger("controller.observability.server")
@@ -146,15 +149,6 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
 
 
-def parse_address(address: str) -> tuple[str | None, int]:
-    """ ":8080" → (None, 8080) meaning all interfaces; "127.0.0.1:0" → ephemeral port."""
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"bind address {address!r} has no port")
-    host = host.strip("[]")
-    return (host or None), int(port)
-
-
 def _check(checks: Sequence[Check], name: str) -> Response:
     failing = []
     for check in checks:
@@ -181,6 +175,27 @@ _REASONS = {
 }
 
 
+def probe_address_problem(metrics: str, health: str, *, secure: bool) -> str | None:
+    """Why the metrics and probe addresses cannot be served as given, or None."""
+    try:
+        shared = sharing(metrics, health)
+    except ValueError as e:
+        return str(e)
+    if shared is Sharing.OVERLAP:
+        return (
+            f"--metrics-bind-address {metrics} and --health-probe-bind-address {health} are"
+            " the same port on overlapping interfaces: name one address for both, or two ports"
+        )
+    if secure and shared is Sharing.SAME:
+        # a kubelet probe sends no token: the probes would fail
+        return (
+            "--metrics-secure needs the health probes on a socket of their own: give"
+            " --health-probe-bind-address another port than --metrics-bind-address"
+            " (a kubelet probe sends no token)"
+        )
+    return None
+
+
 class ProbeServers:
     """The HTTP servers of one process; ``serve`` is a Manager service."""
 
@@ -205,23 +220,33 @@ class ProbeServers:
         self.write_timeout = write_timeout
         self.health_checks = list(health_checks)
         self.ready_checks = list(ready_checks)
-        secured = metrics_tls is not None or metrics_guard is not None
-        if secured and metrics_address != "0" and metrics_address == health_address:
-            # a kubelet probe sends no token: the probes would fail
-            raise ValueError("secure metrics need the health probes on an address of their own")
-        #: what each bind address serves
-        self._sites: dict[str, Site] = {}
+        problem = probe_address_problem(
+            metrics_address,
+            health_address,
+            secure=metrics_tls is not None or metrics_guard is not None,
+        )
+        if problem:
+            raise ValueError(problem)
+        #: (role, bind address, what it serves): one entry per socket
+        self._sites: list[tuple[str, str, Site]] = []
         self._debug = debug
-        if metrics_address != "0":
-            site = self._sites[metrics_address] = Site(tls=metrics_tls, guard=metrics_guard)
+        if metrics_address != OFF:
+            site = Site(tls=metrics_tls, guard=metrics_guard)
+            self._sites.append(("metrics", metrics_address, site))
             site.routes["/metrics"] = lambda _: self._metrics()
             if debug is not None:
                 site.routes["/debug/queue"] = self._debug_queue
-        if health_address != "0":
-            routes = self._sites.setdefault(health_address, Site()).routes
+        if health_address != OFF:
+            if sharing(metrics_address, health_address) is Sharing.SAME:
+                routes = self._sites[0][2].routes
+            else:
+                site = Site()
+                self._sites.append(("health", health_address, site))
+                routes = site.routes
             routes["/healthz"] = lambda _: _check(self.health_checks, "healthz")
             routes["/readyz"] = lambda _: _check(self.ready_checks, "readyz")
-        #: bound (host, port) per address after start, for tests using port 0
+        #: (host, port) bound per role ("metrics", "health") after start, for tests and
+        #: callers using port 0; both roles name one address when they share a socket
         self.bound: dict[str, tuple[str, int]] = {}
 
     def _metrics(self) -> Response:
@@ -238,17 +263,19 @@ class ProbeServers:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen on every address, report started, serve until cancelled."""
         async with anyio.create_task_group() as tg:
-            for address, site in self._sites.items():
+            for role, address, site in self._sites:
                 listeners = await listen_sockets(*parse_address(address))
                 for one in listeners:
                     bound = one.extra(SocketAttribute.local_address)
                     if isinstance(bound, tuple):
-                        self.bound.setdefault(address, (str(bound[0]), int(bound[1])))
+                        self.bound.setdefault(role, (str(bound[0]), int(bound[1])))
                         break
+                if role == "metrics" and "/healthz" in site.routes and role in self.bound:
+                    self.bound["health"] = self.bound[role]
                 log.info(
                     "serving",
                     address=address,
-                    bound=self.bound.get(address),
+                    bound=self.bound.get(role),
                     paths=sorted(site.routes),
                     tls=site.tls is not None,
                     authorized=site.guard is not None,
@@ -434,8 +461,11 @@ async def _read_head(stream: ByteStream) -> tuple[str, str, Query, str] | None:
             authorization = value.strip().decode("latin-1")
     method = parts[0].decode("ascii", "replace")
     path, _, query = parts[1].decode("ascii", "replace").partition("?")
-    return method, path, dict(urllib.parse.parse_qsl(query, keep_blank_values=True)), (
-        authorization or ""
+    return (
+        method,
+        path,
+        dict(urllib.parse.parse_qsl(query, keep_blank_values=True)),
+        (authorization or ""),
     )
 
 

@@ -40,8 +40,9 @@ import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.tls import TLSStream
 
+from controller.observability.addresses import parse_address
 from controller.observability.prometheus import Counter, Registry, Sample
-from controller.observability.server import accept_loop, listen_sockets, parse_address
+from controller.observability.server import accept_loop, listen_sockets
 from controller.serving.access import bearer
 from controller.serving.limits import KeyedLimiter
 from controller.serving.tokenreview import ReviewUnavailable, TokenReviewer

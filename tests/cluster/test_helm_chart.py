@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.cluster.chart import (
@@ -24,6 +25,7 @@ from tests.cluster.chart import (
     without_helm_metadata,
 )
 from tests.conftest import REPO, Cluster
+from tests.invocations import check_invocation
 
 DEFAULT_ARGS = [
     "--leader-elect",
@@ -136,6 +138,42 @@ def test_values_reach_the_controller(ops_tools: Path) -> None:
         "--stop-deployment=ops/tfjob-controller",
         "--namespace=team-a",
     ]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("metrics.secure=false", "metrics.port=8080"),
+        ("progress.enabled=false",),
+        ("progress.port=9443", "metrics.port=9444", "leaderElection.enabled=false"),
+        ("metrics.certSecret=metrics-tls", "gangSchedulerName=scheduler-plugins-scheduler"),
+        ("kubeApi.qps=50", "kubeApi.burst=100", "controllerThreads=8", "logLevel=debug"),
+    ],
+    ids=["defaults", "plain-metrics", "no-progress", "other-ports", "cert-gang", "limits"],
+)
+def test_the_rendered_args_pass_the_controller_start_up_checks(
+    ops_tools: Path, sets: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_invocation(manager_args(render(ops_tools, *sets)), capsys)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ("metrics.port=8081",),
+        ("progress.port=8081",),
+        ("progress.port=9443", "metrics.port=9443"),
+    ],
+)
+def test_ports_that_would_be_one_socket_fail_the_render(
+    ops_tools: Path, sets: tuple[str, ...]
+) -> None:
+    with pytest.raises(AssertionError, match="choose another"):
+        render(ops_tools, *sets)
+    # with progress off, its port is no one's
+    if sets == ("progress.port=8081",):
+        render(ops_tools, *sets, "progress.enabled=false")
 
 
 def test_metrics_values(ops_tools: Path) -> None:

@@ -6,6 +6,7 @@ import tempfile
 
 import pytest
 
+from tests.invocations import check_refused
 from tfjob_controller.app import parse_args
 from tfjob_controller.reporting import reporting_of
 
@@ -48,7 +49,4 @@ def test_the_url_with_a_made_or_given_certificate() -> None:
 def test_flags_that_cannot_work_together_are_refused(
     argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as e:
-        parse_args(argv)
-    assert e.value.code == 2
-    assert words in capsys.readouterr().err
+    check_refused(argv, words, capsys)

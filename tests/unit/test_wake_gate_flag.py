@@ -9,6 +9,7 @@ import pytest
 import uvloop
 
 from controller.runtime.eventloop import GatedSelector
+from tests.invocations import check_refused
 from tfjob_controller import app
 from tfjob_controller.app import MAX_WAKE_GATE, WAKE_GATE_UNDER_QPS, parse_args
 
@@ -43,10 +44,7 @@ def test_the_loop_and_its_gate(argv: list[str], loop: str, gate: float) -> None:
 def test_a_gate_that_cannot_be_had_is_refused(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        parse_args(argv)
-    assert exit_.value.code == 2
-    assert message in capsys.readouterr().err
+    check_refused(argv, message, capsys)
 
 
 def test_main_runs_the_controller_on_the_loop_chosen(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,9 @@ import aiohttp
 import anyio
 import pytest
 
+from controller.observability.addresses import parse_address
 from controller.observability.metrics import Metrics
-from controller.observability.server import ProbeServers, parse_address
+from controller.observability.server import ProbeServers
 from controller.serving.certs import self_signed
 from controller.serving.tls import memory_context
 
@@ -44,19 +45,26 @@ async def fetch(
         return resp.status, await resp.text()
 
 
-async def test_one_server_when_addresses_match() -> None:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_one_server_when_addresses_are_one_socket() -> None:
     ready = False
     metrics = Metrics()
+    port = free_port()
     servers = ProbeServers(
-        metrics_address="127.0.0.1:0",
-        health_address="127.0.0.1:0",
+        metrics_address=f"127.0.0.1:{port}",
+        health_address=f"127.0.0.1:{port}",
         registry=metrics.registry,
         ready_checks=[lambda: ready],
     )
     async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
         await tg.start(servers.serve)
-        assert len(servers.bound) == 1
-        (bound,) = servers.bound.values()
+        bound = servers.bound["metrics"]
+        assert servers.bound["health"] == bound
         assert (await fetch(session, bound, "/healthz"))[0] == 200
         assert (await fetch(session, bound, "/readyz"))[0] == 500
         ready = True
@@ -66,14 +74,34 @@ async def test_one_server_when_addresses_match() -> None:
         tg.cancel_scope.cancel()
 
 
+async def test_port_zero_twice_is_two_servers() -> None:
+    # the same string, two ephemeral sockets: make run's flags
+    servers = ProbeServers(
+        metrics_address="127.0.0.1:0", health_address="127.0.0.1:0", registry=Metrics().registry
+    )
+    async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
+        await tg.start(servers.serve)
+        metrics_bound, health_bound = servers.bound["metrics"], servers.bound["health"]
+        assert metrics_bound != health_bound
+        assert (await fetch(session, metrics_bound, "/metrics"))[0] == 200
+        assert (await fetch(session, metrics_bound, "/healthz"))[0] == 404
+        assert (await fetch(session, health_bound, "/healthz"))[0] == 200
+        tg.cancel_scope.cancel()
+
+
+def test_overlapping_addresses_are_refused_before_binding() -> None:
+    with pytest.raises(ValueError, match="overlapping interfaces"):
+        ProbeServers(metrics_address=":9", health_address="127.0.0.1:9")
+
+
 async def test_two_servers_when_addresses_differ() -> None:
     servers = ProbeServers(
         metrics_address="127.0.0.1:0", health_address="localhost:0", registry=Metrics().registry
     )
     async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
         await tg.start(servers.serve)
-        metrics_bound = servers.bound["127.0.0.1:0"]
-        health_bound = servers.bound["localhost:0"]
+        metrics_bound = servers.bound["metrics"]
+        health_bound = servers.bound["health"]
         assert (await fetch(session, metrics_bound, "/metrics"))[0] == 200
         assert (await fetch(session, metrics_bound, "/healthz"))[0] == 404
         assert (await fetch(session, health_bound, "/healthz"))[0] == 200
@@ -218,7 +246,7 @@ def flooded_server(cap: int, head_timeout: float) -> Iterator[Flooded]:
         child.wait_for("bound ")
         line = next(ln for ln in child.lines if ln.startswith("bound "))
         bound = json.loads(line.split(" ", 1)[1])
-        metrics_port, child.health_port = bound["127.0.0.1:0"][1], bound["127.0.0.2:0"][1]
+        metrics_port, child.health_port = bound["metrics"][1], bound["health"][1]
         child.idle_fds = child.fds()
         for i in range(FLOOD):
             s = socket.socket()
@@ -351,7 +379,7 @@ async def test_secure_metrics_need_tls_and_pass_the_guard_first() -> None:
     )
     async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
         await tg.start(servers.serve)
-        host, port = servers.bound["127.0.0.1:0"]
+        host, port = servers.bound["metrics"]
         url = f"https://{host}:{port}/metrics"
 
         async def get(url: str, **headers: str) -> tuple[int, str, str | None]:
@@ -378,7 +406,7 @@ async def test_secure_metrics_need_tls_and_pass_the_guard_first() -> None:
         # plain HTTP to the TLS port gets no answer, and the probes stay plain
         with pytest.raises(aiohttp.ClientError):
             await fetch(session, (host, port), "/metrics")
-        assert (await fetch(session, servers.bound["localhost:0"], "/healthz"))[0] == 200
+        assert (await fetch(session, servers.bound["health"], "/healthz"))[0] == 200
         tg.cancel_scope.cancel()
 
 
@@ -400,24 +428,28 @@ async def test_a_guard_that_raises_refuses_and_the_server_goes_on() -> None:
     )
     async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
         await tg.start(servers.serve)
-        bound = servers.bound["127.0.0.1:0"]
+        bound = servers.bound["metrics"]
         assert (await fetch(session, bound, "/metrics"))[0] == 500
         assert (await fetch(session, bound, "/metrics"))[0] == 200
         tg.cancel_scope.cancel()
 
 
 def test_secure_metrics_refuse_to_share_the_probes_address() -> None:
-    with pytest.raises(ValueError, match="probes on an address of their own"):
+    with pytest.raises(ValueError, match="probes on a socket of their own"):
         ProbeServers(
             metrics_address="127.0.0.1:9", health_address="127.0.0.1:9", metrics_guard=Gatekeeper()
         )
+    # two ephemeral ports are two sockets: allowed
+    ProbeServers(
+        metrics_address="127.0.0.1:0", health_address="127.0.0.1:0", metrics_guard=Gatekeeper()
+    )
 
 
 async def test_a_header_line_without_a_colon_or_two_authorizations_is_a_bad_request() -> None:
     servers = ProbeServers(metrics_address="127.0.0.1:0", health_address="0", registry=None)
     async with anyio.create_task_group() as tg:
         await tg.start(servers.serve)
-        host, port = servers.bound["127.0.0.1:0"]
+        host, port = servers.bound["metrics"]
         for head in (
             b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n",
             b"GET /metrics HTTP/1.1\r\nAuthorization: a\r\nauthorization: b\r\n\r\n",
