@@ -22,7 +22,6 @@ from collections.abc import Callable
 from datetime import datetime
 
 from controller.types import (
-    JSON,
     POD_NAME_EXTRA,
     POD_UID_EXTRA,
     CacheReader,
@@ -73,20 +72,14 @@ class ProgressIntake:
         m = _PATH.fullmatch(path)
         return audience(m.group(1), m.group(3)) if m else None
 
-    def _job(self, path: str) -> tuple[str, str, JSON] | Reply:
-        """The path's namespace, name and cached job, or the 404 saying there is none."""
+    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
         m = _PATH.fullmatch(path)
         if m is None:
             return Reply(404, "no such path")
         ns, name = m.group(1), m.group(3)
         job = self._jobs.get(ns, name)
-        return (ns, name, job) if job is not None else Reply(404, f"no TFJob {ns}/{name}")
-
-    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
-        found = self._job(path)
-        if isinstance(found, Reply):
-            return found
-        ns, _, job = found
+        if job is None:
+            return Reply(404, f"no TFJob {ns}/{name}")
         pod = self._pods.get(ns, pod_name)
         if pod is None:
             # a pod we just made may be ahead of our cache: the client comes back
@@ -97,10 +90,13 @@ class ProgressIntake:
         return Reply(401, "unauthorized") if isinstance(who, Refusal) else None
 
     def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
-        found = self._job(path)
-        if isinstance(found, Reply):
-            return found
-        ns, name, job = found
+        m = _PATH.fullmatch(path)
+        if m is None:
+            return Reply(404, "no such path")
+        ns, name = m.group(1), m.group(3)
+        job = self._jobs.get(ns, name)
+        if job is None:
+            return Reply(404, f"no TFJob {ns}/{name}")
         pod_name = caller.first(POD_NAME_EXTRA)
         who = reporter_of(
             job,
