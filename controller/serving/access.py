@@ -20,9 +20,8 @@ from typing import Any
 
 import structlog
 
-from controller.serving.limits import Budget
-from controller.serving.tokenreview import Post, TokenReviewer
-from controller.serving.verdicts import ReviewUnavailable, VerdictCache
+from controller.serving.tokenreview import Post, ReviewUnavailable, TokenReviewer
+from controller.serving.verdicts import VerdictCache
 from controller.types import Caller, Clock
 
 log = structlog.get_logger("controller.serving.access")
@@ -55,12 +54,11 @@ class AccessReviewer:
         *,
         allow_ttl: float = ALLOW_TTL,
         deny_ttl: float = DENY_TTL,
-        budget: Budget | None = None,
     ) -> None:
         self._post = post
         self.allow_ttl = allow_ttl
         self.deny_ttl = deny_ttl
-        self._verdicts = VerdictCache[AccessKey, bool](clock, budget=budget)
+        self._verdicts = VerdictCache[AccessKey, bool](clock)
         self.asked = 0
 
     async def allowed(self, caller: Caller, path: str, verb: str = "get") -> bool:
@@ -102,12 +100,8 @@ class RequestGuard:
         self.access = access
 
     @classmethod
-    def for_api(cls, post: Post, clock: Clock, budget: Budget | None = None) -> RequestGuard:
-        """``budget``: the process's reviews a second, shared with its other reviewers."""
-        return cls(
-            TokenReviewer(post, clock, max_ttl=TOKEN_TTL, budget=budget),
-            AccessReviewer(post, clock, budget=budget),
-        )
+    def for_api(cls, post: Post, clock: Clock) -> RequestGuard:
+        return cls(TokenReviewer(post, clock, max_ttl=TOKEN_TTL), AccessReviewer(post, clock))
 
     async def __call__(self, authorization: str, path: str) -> Decision:
         token = bearer(authorization)
@@ -116,8 +110,7 @@ class RequestGuard:
         try:
             verdict = await self.tokens.review(token, "")
             if verdict.caller is None:
-                log.debug("metrics token refused", reason=verdict.reason)
-                return Decision(401, "unauthorized")
+                return Decision(401, verdict.reason or "the token was not accepted")
             if not await self.access.allowed(verdict.caller, path):
                 user = verdict.caller.username[:200]
                 return Decision(403, f'user "{user}" may not get path "{path[:200]}"')

@@ -72,23 +72,6 @@ class ProgressIntake:
         m = _PATH.fullmatch(path)
         return audience(m.group(1), m.group(3)) if m else None
 
-    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
-        m = _PATH.fullmatch(path)
-        if m is None:
-            return Reply(404, "no such path")
-        ns, name = m.group(1), m.group(3)
-        job = self._jobs.get(ns, name)
-        if job is None:
-            return Reply(404, f"no TFJob {ns}/{name}")
-        pod = self._pods.get(ns, pod_name)
-        if pod is None:
-            # a pod we just made may be ahead of our cache: the client comes back
-            return Reply(503, "the pod is not known yet", retry_after=1.0)
-        who = reporter_of(
-            job, pod, pod_name=pod_name, pod_uid=pod_uid, service_account_namespace=ns
-        )
-        return Reply(401, "unauthorized") if isinstance(who, Refusal) else None
-
     def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
         m = _PATH.fullmatch(path)
         if m is None:
