@@ -405,6 +405,18 @@ class ReportSink(Protocol):
         such path (404)."""
         ...
 
+    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
+        """Before any review, from the token's own unverified claims: a refusal when no
+        pod of that name and UID may report at ``path`` as the caches stand (such a
+        token could never be accepted), else None. Only ever refuses."""
+        ...
+
     def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
         """Take a report from ``caller`` (its token reviewed for ``audience(path)``)."""
+        ...
+
+    def unheard(self, at: datetime, why: str) -> None:
+        """Reporters may have gone unheard at ``at`` for the server's own sake (its
+        slots full, an accept failed, reviews unavailable): no job's silence up to then
+        is its own."""
         ...

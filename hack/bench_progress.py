@@ -298,6 +298,8 @@ def controller_argv(
         f"--kube-api-qps={qps}",
         f"--kube-api-burst={burst}",
         "--health-probe-bind-address=127.0.0.1:0",
+        # every simulated pod connects from this host: no per-address share
+        "--progress-max-connections-per-source=0",
         *progress,
     ]
 

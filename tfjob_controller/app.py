@@ -44,16 +44,20 @@ from controller.observability.addresses import Sharing, sharing
 from controller.observability.logging import add_logging_flags, configure_logging
 from controller.observability.looplag import LoopLagMonitor
 from controller.observability.metrics import Metrics
+from controller.observability.server import MAX_CONNECTIONS as PROBE_CONNECTIONS
 from controller.observability.server import add_server_flags, probe_address_problem, serve_probes
 from controller.queue.workqueue import WorkQueue
 from controller.runtime.background import Background
 from controller.runtime.controller import Controller
+from controller.runtime.descriptors import connection_caps, raise_soft_limit
 from controller.runtime.eventloop import loop_factory
 from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import ControllerExpectations
 from controller.runtime.leader import LeaseElector, default_identity
 from controller.runtime.manager import Manager
 from controller.runtime.pacer import Pacer
+from controller.serving.limits import Budget
+from controller.serving.reports import MAX_CONNECTIONS as REPORT_CONNECTIONS
 from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX, Clock, EventWriter
 from reconcile.api.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.api.names import GROUP, KIND, PLURAL, VERSION
@@ -246,6 +250,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " (scheduling.x-k8s.io/v1alpha1, coscheduling) with that value as the pods'"
         " schedulerName",
     )
+    p.add_argument(
+        "--token-review-qps",
+        type=float,
+        default=DEFAULT_REVIEW_QPS,
+        help="TokenReviews and SubjectAccessReviews a second the process may ask for"
+        " callers whose verdict is not cached, /metrics and progress reports together;"
+        " past it a caller is answered 503 with Retry-After. 0: no limit"
+        " (default %(default)s)",
+    )
+    p.add_argument(
+        "--token-review-burst",
+        type=int,
+        default=DEFAULT_REVIEW_BURST,
+        help="(default %(default)s): every pod of a large job reviewed at its start",
+    )
     add_server_flags(p)
     add_progress_flags(p)
     add_logging_flags(p)
@@ -265,7 +284,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     problem = address_problem(args)
     if problem:
         p.error(problem)
+    if args.token_review_qps < 0 or args.token_review_burst < 1:
+        p.error("--token-review-qps must be 0 or more and --token-review-burst at least 1")
     return args
+
+
+#: reviews a second for callers not cached (--token-review-qps): a stranger's fresh
+#: tokens cost the apiserver at most this; a 1,600-pod job's first reports take the
+#: burst, then 1,600 / 20 = 80 s at worst, each pod told when to come back
+DEFAULT_REVIEW_QPS = 20.0
+DEFAULT_REVIEW_BURST = 200
 
 
 def address_problem(args: argparse.Namespace) -> str | None:
@@ -452,8 +480,20 @@ async def run(args: argparse.Namespace) -> int:
             return 1
         metrics = Metrics()
         job_metrics = JobMetrics(metrics.registry)
+        # a stranger's made-up tokens cost the apiserver at most this, all ports together
+        reviews = Budget(clock, rate=args.token_review_qps, burst=args.token_review_burst)
         metrics_tls, metrics_guard = metrics_protection(
-            args, api, clock, args.leader_election_namespace or _pod_namespace()
+            args, api, clock, args.leader_election_namespace or _pod_namespace(), reviews
+        )
+        nofile = raise_soft_limit()
+        caps = connection_caps(
+            nofile,
+            {
+                "health": PROBE_CONNECTIONS,
+                "metrics": PROBE_CONNECTIONS,
+                "progress": REPORT_CONNECTIONS if args.progress_url else 0,
+            },
+            first=("health",),
         )
         selector = f"{OPERATOR_NAME_LABEL}={DEFAULT_OPERATOR_NAME}"
         # One budget (qps/burst) per kind of traffic, as upstream has one token bucket per
@@ -503,6 +543,8 @@ async def run(args: argparse.Namespace) -> int:
             # reports count only at the leader: the others answer 503 (docs/progress.md)
             leading=lambda: elector is None or elector.leading,
             own_namespace=args.leader_election_namespace or _pod_namespace(),
+            budget=reviews,
+            max_connections=caps["progress"],
         )
         recorder = event_recorder(budgets.event_writer(), clock, metrics)
         # the failed writes an alert watches exist from the first scrape, so an
@@ -605,6 +647,8 @@ async def run(args: argparse.Namespace) -> int:
                     debug=pending,
                     metrics_tls=metrics_tls,
                     metrics_guard=metrics_guard,
+                    max_connections=caps["metrics"],
+                    health_max_connections=caps["health"],
                 ),
                 *(endpoint.services if endpoint else []),
             ],
@@ -620,6 +664,8 @@ async def run(args: argparse.Namespace) -> int:
             gang_scheduler=gang.scheduler_name if gang else None,
             event_loop=args.event_loop,
             wake_gate=args.wake_gate,
+            descriptors=nofile,
+            connection_caps=caps,
         )
         return await manager.run()
 

@@ -27,8 +27,8 @@ from controller.observability.prometheus import Registry
 from controller.runtime.pacer import Pacer, SlotGate
 from controller.serving.bundle import BundleDistributor
 from controller.serving.certs import SecretCertificate
-from controller.serving.limits import KeyedLimiter
-from controller.serving.reports import ReportServer
+from controller.serving.limits import Budget, KeyedLimiter
+from controller.serving.reports import MAX_CONNECTIONS, MAX_PER_SOURCE, ReportServer
 from controller.serving.tls import FileCertificate
 from controller.serving.tokenreview import TokenReviewer
 from controller.types import JSON, CacheReader, Clock, EventHandler, KeyQueue
@@ -112,6 +112,13 @@ def add_progress_flags(p: argparse.ArgumentParser) -> None:
         "--progress-burst", type=int, default=DEFAULT_BURST, help="(default %(default)s)"
     )
     g.add_argument(
+        "--progress-max-connections-per-source",
+        type=int,
+        default=MAX_PER_SOURCE,
+        help="connections one source address may hold to the endpoint; a pod keeps one, a"
+        " node's host-network pods share its address; 0: no cap (default %(default)s)",
+    )
+    g.add_argument(
         "--progress-token-seconds",
         type=int,
         default=DEFAULT_TOKEN_SECONDS,
@@ -136,6 +143,8 @@ def check_progress_flags(args: argparse.Namespace) -> str | None:
         return f"{', '.join(given)} needs {', '.join(missing)} too"
     if not given and not args.progress_cert_secret:
         return "--progress-url needs --progress-cert-file (and key, CA) or --progress-cert-secret"
+    if args.progress_max_connections_per_source < 0:
+        return "--progress-max-connections-per-source must be 0 (no cap) or more"
     if args.progress_token_seconds < 600:
         return "--progress-token-seconds must be at least 600 (the apiserver's minimum)"
     return None
@@ -182,6 +191,8 @@ async def progress_endpoint(
     registry: Registry,
     leading: Callable[[], bool],
     own_namespace: str,
+    budget: Budget | None = None,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> ProgressEndpoint | None:
     """The endpoint, its certificate ready (made or read from the Secret first when the
     controller keeps its own), or None when reporting is off."""
@@ -227,11 +238,14 @@ async def progress_endpoint(
         address=args.progress_bind_address,
         tls=cert.context,
         sink=intake,
-        reviewer=TokenReviewer(post, clock),
+        reviewer=TokenReviewer(post, clock, budget=budget),
         limiter=KeyedLimiter(clock, rate=args.progress_rate, burst=args.progress_burst),
         leading=leading,
         registry=registry,
         max_body=MAX_BODY_BYTES,
+        max_connections=max_connections,
+        max_per_source=args.progress_max_connections_per_source,
         metric_prefix="tfjob_progress_reports",
+        now=clock.now,
     )
     return ProgressEndpoint(intake, training_pacer, training_gate, server, bundle, made)

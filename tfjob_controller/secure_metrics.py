@@ -24,6 +24,7 @@ from controller.client.api import KubeApi
 from controller.observability.server import Guard, TLSContext
 from controller.serving.access import RequestGuard
 from controller.serving.certs import self_signed
+from controller.serving.limits import Budget
 from controller.serving.tls import FileCertificate, memory_context
 from controller.serving.tokenreview import Post
 from controller.types import Clock
@@ -32,13 +33,17 @@ METRICS_SERVICE = "tfjob-controller-metrics"
 
 
 def metrics_protection(
-    args: argparse.Namespace, api: KubeApi, clock: Clock, namespace: str
+    args: argparse.Namespace,
+    api: KubeApi,
+    clock: Clock,
+    namespace: str,
+    budget: Budget | None = None,
 ) -> tuple[TLSContext | None, Guard | None]:
     """The metrics server's TLS context and request guard; (None, None) when
-    --metrics-secure is false."""
+    --metrics-secure is false. ``budget``: the reviews a second the process may ask."""
     if not args.metrics_secure or args.metrics_bind_address == "0":
         return None, None
-    guard = RequestGuard.for_api(review_post(api), clock)
+    guard = RequestGuard.for_api(review_post(api), clock, budget)
     return metrics_tls(args.metrics_cert_dir, clock, namespace), guard
 
 

@@ -30,7 +30,8 @@ request per connection (``Connection: close``), which is all a kubelet probe or 
 Prometheus scrape needs; a web framework for it cost 2 MB and 30 ms of start-up.
 
 Whoever can reach a port must not be able to end the process or silence the probes:
-- Each server takes at most ``max_connections`` (256) at once; more wait in the
+- Each server takes at most ``max_connections`` (256; the probes'
+  ``health_max_connections``, by default the same) at once; more wait in the
   kernel's listen backlog, costing no descriptor of ours. With the defaults that is
   512 descriptors at most, half the usual limit of 1,024, and a flood of /metrics
   never takes a slot of /healthz (keep the probes on a port of their own).
@@ -211,11 +212,14 @@ class ProbeServers:
         metrics_tls: TLSContext | None = None,
         metrics_guard: Guard | None = None,
         max_connections: int = MAX_CONNECTIONS,
+        health_max_connections: int | None = None,
         head_timeout: float = HEAD_TIMEOUT_SECONDS,
         write_timeout: float = WRITE_TIMEOUT_SECONDS,
     ) -> None:
         self.registry = registry
         self.max_connections = max_connections
+        #: the probes' own cap, when they have a socket of their own
+        self.health_max_connections = health_max_connections or max_connections
         self.head_timeout = head_timeout
         self.write_timeout = write_timeout
         self.health_checks = list(health_checks)
@@ -280,12 +284,15 @@ class ProbeServers:
                     tls=site.tls is not None,
                     authorized=site.guard is not None,
                 )
-                tg.start_soon(self._serve_address, listeners, site)
+                cap = self.health_max_connections if role == "health" else self.max_connections
+                tg.start_soon(self._serve_address, listeners, site, cap)
             task_status.started()
 
-    async def _serve_address(self, listeners: list[anyio.abc.SocketListener], site: Site) -> None:
+    async def _serve_address(
+        self, listeners: list[anyio.abc.SocketListener], site: Site, cap: int
+    ) -> None:
         # one cap for the address, however many sockets (IPv4, IPv6) it listens on
-        slots = anyio.Semaphore(self.max_connections)
+        slots = anyio.Semaphore(cap)
         try:
             async with anyio.create_task_group() as tg:
                 for one in listeners:
@@ -379,16 +386,26 @@ async def accept_loop(
     listener: anyio.abc.SocketListener,
     slots: anyio.Semaphore,
     handle: Callable[[SocketStream], object],
+    degraded: Callable[[str], object] | None = None,
 ) -> None:
     """Accept connections for ever, each after taking one of ``slots`` (released by
-    whoever ``handle`` starts, when the connection ends)."""
+    whoever ``handle`` starts, when the connection ends). ``degraded(why)`` is told
+    when a connection may have to wait: every slot taken (when that is found and again
+    when a slot frees, so the window's end is known), or an accept failed."""
     backoff = 0.0
     while True:
         # At the cap, connections wait in the backlog rather than take descriptors.
+        full = degraded is not None and slots.value == 0
+        if full and degraded is not None:
+            degraded("every connection slot is taken")
         await slots.acquire()
+        if full and degraded is not None:
+            degraded("every connection slot is taken")
         try:
             stream = await listener.accept()
         except OSError as exc:
+            if degraded is not None:
+                degraded(f"accept failed: {exc}")
             slots.release()
             # Out of descriptors or buffers, or a connection reset before we took
             # it: a later accept may succeed, and the listening socket stays
@@ -479,6 +496,8 @@ def serve_probes(
     debug: Debug | None = None,
     metrics_tls: TLSContext | None = None,
     metrics_guard: Guard | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    health_max_connections: int | None = None,
 ) -> Callable[..., Coroutine[Any, Any, None]]:
     """A Manager service serving /metrics from ``metrics.registry``, /debug/queue from
     ``debug`` (both over TLS and behind ``metrics_guard`` when given) and the probes."""
@@ -491,5 +510,7 @@ def serve_probes(
         debug=debug,
         metrics_tls=metrics_tls,
         metrics_guard=metrics_guard,
+        max_connections=max_connections,
+        health_max_connections=health_max_connections,
     )
     return servers.serve

@@ -20,8 +20,9 @@ from typing import Any
 
 import structlog
 
-from controller.serving.tokenreview import Post, ReviewUnavailable, TokenReviewer
-from controller.serving.verdicts import VerdictCache
+from controller.serving.limits import Budget
+from controller.serving.tokenreview import Post, TokenReviewer
+from controller.serving.verdicts import ReviewUnavailable, VerdictCache
 from controller.types import Caller, Clock
 
 log = structlog.get_logger("controller.serving.access")
@@ -54,11 +55,12 @@ class AccessReviewer:
         *,
         allow_ttl: float = ALLOW_TTL,
         deny_ttl: float = DENY_TTL,
+        budget: Budget | None = None,
     ) -> None:
         self._post = post
         self.allow_ttl = allow_ttl
         self.deny_ttl = deny_ttl
-        self._verdicts = VerdictCache[AccessKey, bool](clock)
+        self._verdicts = VerdictCache[AccessKey, bool](clock, budget=budget)
         self.asked = 0
 
     async def allowed(self, caller: Caller, path: str, verb: str = "get") -> bool:
@@ -100,8 +102,12 @@ class RequestGuard:
         self.access = access
 
     @classmethod
-    def for_api(cls, post: Post, clock: Clock) -> RequestGuard:
-        return cls(TokenReviewer(post, clock, max_ttl=TOKEN_TTL), AccessReviewer(post, clock))
+    def for_api(cls, post: Post, clock: Clock, budget: Budget | None = None) -> RequestGuard:
+        """``budget``: the process's reviews a second, shared with its other reviewers."""
+        return cls(
+            TokenReviewer(post, clock, max_ttl=TOKEN_TTL, budget=budget),
+            AccessReviewer(post, clock, budget=budget),
+        )
 
     async def __call__(self, authorization: str, path: str) -> Decision:
         token = bearer(authorization)
@@ -110,7 +116,8 @@ class RequestGuard:
         try:
             verdict = await self.tokens.review(token, "")
             if verdict.caller is None:
-                return Decision(401, verdict.reason or "the token was not accepted")
+                log.debug("metrics token refused", reason=verdict.reason)
+                return Decision(401, "unauthorized")
             if not await self.access.allowed(verdict.caller, path):
                 user = verdict.caller.username[:200]
                 return Decision(403, f'user "{user}" may not get path "{path[:200]}"')

@@ -54,3 +54,30 @@ class KeyedLimiter:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+class Budget:
+    """One token bucket for a whole process: ``rate`` a second after a burst of
+    ``burst``. ``take()`` is 0 when granted, else the seconds until a token is due
+    (none taken). A rate of 0 or less grants everything."""
+
+    def __init__(self, clock: Clock, *, rate: float, burst: int) -> None:
+        self._clock = clock
+        self.rate = rate
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._at = clock.monotonic()
+        #: what was refused, for the metrics
+        self.refused = 0
+
+    def take(self) -> float:
+        if self.rate <= 0:
+            return 0.0
+        now = self._clock.monotonic()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        self.refused += 1
+        return (1.0 - self._tokens) / self.rate

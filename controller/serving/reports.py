@@ -12,16 +12,30 @@ this order:
 3. while this process is not the one whose reports count (``leading()`` false): 503
    with Retry-After, so the client sends again later (a kept-alive connection is
    closed with it, and the next one may reach the leader);
-4. the token reviewed by the apiserver for the path's audience (a cached verdict,
-   controller.serving.tokenreview): 401 refused, 503 when the apiserver cannot be
-   asked;
+4. the token refused here, with no review, when its own claims say it cannot be a pod
+   token for the path's job (not a JWT, another audience, expired, no pod, a pod the
+   sink does not know for that job: 401, or 503 for a pod not cached yet); else
+   reviewed by the apiserver for the path's audience (a cached verdict within the
+   process's review budget, controller.serving.tokenreview): 401 refused, 503 when the
+   apiserver cannot be asked or the budget is spent;
 5. at most ``rate`` reports a second per caller (the pod its token is bound to), with a
    burst: 429 with Retry-After;
 6. the sink's answer: 204, or a refusal it explains (400 naming the field, 403, 404).
 
-Refusals carry ``{"error": ..., "field": ...}`` and are counted by status code. Nothing
-a client sends can end the server: every failure inside a connection closes that
-connection only, and a connection that says nothing for ``idle_timeout`` is closed.
+Refusals carry ``{"error": ..., "field": ...}`` (a 401's says only "unauthorized") and
+are counted by status code. Nothing a client sends can end the server: every failure
+inside a connection closes that connection only.
+
+Nobody without a pod's token may hold what reporters need:
+- only a connection that has had a report accepted (204, or 429 for a caller already
+  authenticated) is kept alive, for ``idle_timeout`` between reports; every other
+  answer closes it, and until its first accepted report a connection has
+  ``first_timeout`` for each request head;
+- one source address holds at most ``max_per_source`` connections; more are closed at
+  accept;
+- ``degraded_at`` is the last time a reporter may have gone unheard for the server's
+  own sake (every slot taken, an accept failed, a review could not be had): the stall
+  deadline does not count a window that holds it (reconcile.progress.stall).
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ import re
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 
 import anyio
@@ -45,7 +60,8 @@ from controller.observability.prometheus import Counter, Registry, Sample
 from controller.observability.server import accept_loop, listen_sockets
 from controller.serving.access import bearer
 from controller.serving.limits import KeyedLimiter
-from controller.serving.tokenreview import ReviewUnavailable, TokenReviewer
+from controller.serving.tokenreview import TokenReviewer, implausible, unverified_claims
+from controller.serving.verdicts import ReviewUnavailable
 from controller.types import Reply, ReportSink
 
 log = structlog.get_logger("controller.serving.reports")
@@ -57,7 +73,13 @@ HANDSHAKE_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 10.0
 #: a kept-alive connection with no request for this long is closed
 IDLE_TIMEOUT = 90.0
+#: a connection that has had no report accepted yet waits this long for a request head
+FIRST_TIMEOUT = 5.0
 MAX_CONNECTIONS = 4096
+#: one pod keeps one connection; a node's host-network pods share its address
+MAX_PER_SOURCE = 128
+#: answers after which a connection is kept: the caller's token was accepted
+KEEP_ALIVE = frozenset({204, 429})
 #: a body over the limit but under this is read and dropped before the 413
 DRAIN_LIMIT = 256 * 1024
 #: the kernel caps it at net.core.somaxconn (4096 by default since Linux 5.4)
@@ -85,6 +107,10 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 #: a request target: printable ASCII, no space
 _TARGET = re.compile(rb"/[\x21-\x7e]*")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 class _Close(Exception):
@@ -120,12 +146,15 @@ class ReportServer:
         registry: Registry,
         max_body: int = DEFAULT_MAX_BODY,
         max_connections: int = MAX_CONNECTIONS,
+        max_per_source: int = MAX_PER_SOURCE,
         idle_timeout: float = IDLE_TIMEOUT,
+        first_timeout: float = FIRST_TIMEOUT,
         request_timeout: float = REQUEST_TIMEOUT,
         metric_prefix: str = "reports",
+        now: Callable[[], datetime] = _utcnow,
     ) -> None:
         """``tls()`` gives the context for the next handshake (a rotated certificate is
-        picked up by new connections)."""
+        picked up by new connections). ``max_per_source`` 0: no cap per address."""
         self.address = address
         self._tls = tls
         self._sink = sink
@@ -134,9 +163,16 @@ class ReportServer:
         self._leading = leading
         self.max_body = max_body
         self.max_connections = max_connections
+        self.max_per_source = max_per_source
         self.idle_timeout = idle_timeout
+        self.first_timeout = first_timeout
         self.request_timeout = request_timeout
         self.bound: tuple[str, int] | None = None
+        self._now = now
+        #: the last time reporters may have gone unheard through no fault of theirs
+        self.degraded_at: datetime | None = None
+        self.degraded_reason = ""
+        self._per_source: dict[str, int] = {}
         requests = Counter(
             f"{metric_prefix}_requests_total",
             "Reports received, by the status code they were answered with.",
@@ -149,10 +185,18 @@ class ReportServer:
 
         def reviews() -> list[tuple[str, str, str, list[Sample]]]:
             samples = [(reviews_name, {"result": r}, float(n)) for r, n in reviewer.counts.items()]
-            doc = "Token verdicts: hit (cached), accepted, refused (by the apiserver), error."
+            doc = (
+                "Token verdicts: hit (cached), accepted, refused (by the apiserver), error,"
+                " local (refused unreviewed), over_budget (no review to spare)."
+            )
             return [(reviews_name, "counter", doc, samples)]
 
         registry.add_collector(reviews)
+        self._over_source = Counter(
+            f"{metric_prefix}_connections_refused_total",
+            "Connections closed at accept: their source address held its share already.",
+            registry=registry,
+        )
         self.connections = 0
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -170,17 +214,48 @@ class ReportServer:
         try:
             async with anyio.create_task_group() as tg:
                 for one in listeners:
-                    tg.start_soon(accept_loop, one, slots, partial(self._start, tg, slots))
+                    tg.start_soon(
+                        accept_loop, one, slots, partial(self._start, tg, slots), self.degraded
+                    )
                 task_status.started()
         finally:
             for one in listeners:
                 with anyio.CancelScope(shield=True):
                     await one.aclose()
 
-    def _start(self, tg: TaskGroup, slots: anyio.Semaphore, stream: SocketStream) -> None:
-        tg.start_soon(self._connection, stream, slots)
+    def degraded(self, why: str) -> None:
+        """Reporters may be going unheard for the server's own sake, now."""
+        if self.degraded_reason != why or self.degraded_at is None:
+            log.warning("the progress endpoint cannot hear every reporter", why=why)
+        self.degraded_at, self.degraded_reason = self._now(), why
+        try:
+            self._sink.unheard(self.degraded_at, why)
+        except Exception:
+            log.exception("report sink failed to take a degraded window")
 
-    async def _connection(self, raw: anyio.abc.SocketStream, slots: anyio.Semaphore) -> None:
+    def _start(self, tg: TaskGroup, slots: anyio.Semaphore, stream: SocketStream) -> None:
+        source = _source(stream)
+        held = self._per_source.get(source, 0)
+        if self.max_per_source and held >= self.max_per_source:
+            self._over_source.inc()
+            slots.release()
+            tg.start_soon(_abort, stream)
+            return
+        self._per_source[source] = held + 1
+        tg.start_soon(self._connection, stream, slots, source)
+
+    def _release(self, slots: anyio.Semaphore, source: str) -> None:
+        self.connections -= 1
+        slots.release()
+        left = self._per_source.get(source, 1) - 1
+        if left > 0:
+            self._per_source[source] = left
+        else:
+            self._per_source.pop(source, None)
+
+    async def _connection(
+        self, raw: anyio.abc.SocketStream, slots: anyio.Semaphore, source: str
+    ) -> None:
         self.connections += 1
         try:
             with anyio.fail_after(HANDSHAKE_TIMEOUT):
@@ -188,8 +263,7 @@ class ReportServer:
                     raw, server_side=True, ssl_context=self._tls(), standard_compatible=False
                 )
         except BaseException as e:
-            self.connections -= 1
-            slots.release()
+            self._release(slots, source)
             with anyio.CancelScope(shield=True):
                 await raw.aclose()
             if not isinstance(e, Exception):
@@ -201,8 +275,7 @@ class ReportServer:
         except Exception as e:
             log.debug("report connection ended", error=f"{type(e).__name__}: {e}")
         finally:
-            self.connections -= 1
-            slots.release()
+            self._release(slots, source)
 
     def count(self, status: int) -> None:
         self._by_code.get(status, self._other).inc()
@@ -217,13 +290,23 @@ class ReportServer:
             return Reply(401, "a bearer token is required")
         if not self._leading():
             return Reply(503, "not the leader: send again later", retry_after=1.0)
+        claims = unverified_claims(token)
+        why = implausible(claims, audience, self._now().timestamp())
+        if why is not None or claims is None:
+            self._reviewer.counts["local"] += 1
+            return UNAUTHORIZED
+        early = self._sink.precheck(request.path, claims.pod_name, claims.pod_uid)
+        if early is not None:
+            self._reviewer.counts["local"] += 1
+            return UNAUTHORIZED if early.status in (401, 403) else early
         try:
             verdict = await self._reviewer.review(token, audience)
         except ReviewUnavailable as e:
-            log.warning("token review failed", error=str(e))
-            return Reply(503, "the token cannot be reviewed now", retry_after=2.0)
+            self.degraded(f"token reviews: {e}")
+            return Reply(503, "the token cannot be reviewed now", retry_after=e.retry_after)
         if verdict.caller is None:
-            return Reply(401, verdict.reason or "token refused")
+            log.debug("token refused", reason=verdict.reason)
+            return UNAUTHORIZED
         wait = self._limiter.take(verdict.caller.key)
         if wait > 0:
             return Reply(429, "reporting faster than allowed", retry_after=wait)
@@ -243,9 +326,9 @@ class _Conversation:
         self.buf = b""
 
     async def run(self) -> None:
-        first = True
+        accepted = False  # a report was taken on this connection
         while True:
-            wait = self.server.request_timeout if first else self.server.idle_timeout
+            wait = self.server.idle_timeout if accepted else self.server.first_timeout
             try:
                 with anyio.fail_after(wait):
                     if not await self._fill_until_head():
@@ -256,12 +339,11 @@ class _Conversation:
             except _Refused as r:
                 await self._send(r.reply)
                 return
-            first = False
             reply = await self.server.answer(request, body)
+            accepted = accepted or reply.status == 204
             close = (
                 request.headers.get("connection", "").lower() == "close"
-                or reply.status == 503
-                or reply.status >= 500
+                or reply.status not in KEEP_ALIVE
             )
             await self._send(reply, close=close)
             if close:
@@ -365,6 +447,22 @@ class _Conversation:
         data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         with anyio.move_on_after(self.server.request_timeout):
             await self.stream.send(data)
+
+
+UNAUTHORIZED = Reply(401, "unauthorized")
+
+
+def _source(stream: SocketStream) -> str:
+    try:
+        peer = stream.extra(SocketAttribute.remote_address)
+    except Exception:
+        return ""
+    return str(peer[0]) if isinstance(peer, tuple) else str(peer)
+
+
+async def _abort(stream: SocketStream) -> None:
+    with anyio.CancelScope(shield=True):
+        await stream.aclose()
 
 
 def _is_token(text: bytes) -> bool:

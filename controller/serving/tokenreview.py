@@ -28,7 +28,14 @@ from typing import Any
 
 import orjson
 
-from controller.serving.verdicts import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_IN_FLIGHT, VerdictCache
+from controller.serving.limits import Budget
+from controller.serving.verdicts import (
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_IN_FLIGHT,
+    OverBudget,
+    ReviewUnavailable,
+    VerdictCache,
+)
 from controller.types import Caller, Clock
 
 REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -37,10 +44,6 @@ DEFAULT_MAX_TTL = 600.0
 DEFAULT_NEGATIVE_TTL = 10.0
 
 Post = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
-
-
-class ReviewUnavailable(Exception):
-    """The apiserver could not be asked: no verdict."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +62,33 @@ class TokenReviewer:
         negative_ttl: float = DEFAULT_NEGATIVE_TTL,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        budget: Budget | None = None,
     ) -> None:
         """``post(path, body)`` sends a request to the apiserver and returns its JSON
-        answer, raising on failure."""
+        answer, raising on failure. ``budget``: the process's reviews a second, shared
+        with its other reviewers (controller.serving.verdicts)."""
         self._post = post
         self._clock = clock
         self.max_ttl = max_ttl
         self.negative_ttl = negative_ttl
         self._verdicts = VerdictCache[tuple[bytes, str], Verdict](
-            clock, max_entries=max_entries, max_in_flight=max_in_flight
+            clock,
+            max_entries=max_entries,
+            max_in_flight=max_in_flight,
+            refused=lambda v: v.caller is None,
+            budget=budget,
         )
         #: what the reviews cost: "hit", "accepted", "refused", "error"
-        self.counts: dict[str, int] = {"hit": 0, "accepted": 0, "refused": 0, "error": 0}
+        #: local: refused here, unreviewed, from the token's own claims (the server's
+        #: count); over_budget: a review the process's budget could not spare
+        self.counts: dict[str, int] = {
+            "hit": 0,
+            "accepted": 0,
+            "refused": 0,
+            "error": 0,
+            "local": 0,
+            "over_budget": 0,
+        }
 
     def __len__(self) -> int:
         return len(self._verdicts)
@@ -79,7 +97,11 @@ class TokenReviewer:
         """The apiserver's verdict on ``token`` for ``audience`` (empty: the apiserver's
         own audiences, as a token a client got for talking to the apiserver has), cached."""
         key = (hashlib.sha256(token.encode()).digest(), audience)
-        verdict = await self._verdicts.get(key, partial(self._ask, token, audience))
+        try:
+            verdict = await self._verdicts.get(key, partial(self._ask, token, audience))
+        except OverBudget:
+            self.counts["over_budget"] += 1
+            raise
         self.counts["hit"] = self._verdicts.hits
         return verdict
 
@@ -101,7 +123,8 @@ class TokenReviewer:
             reason = status.get("error") or "the apiserver did not authenticate the token"
             return Verdict(None, str(reason)[:300]), self.negative_ttl
         audiences = status.get("audiences")
-        if audience and isinstance(audiences, list) and audiences and audience not in audiences:
+        # an answer that lists no audiences has not said the token is for ours
+        if audience and not (isinstance(audiences, list) and audience in audiences):
             self.counts["refused"] += 1
             return Verdict(None, f"the token is not for audience {audience}"), self.negative_ttl
         self.counts["accepted"] += 1
@@ -133,6 +156,75 @@ def _caller(user: object) -> Caller:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """What a projected service-account token says of itself, unverified: enough to
+    refuse, before any review, what cannot be a token for the audience asked, never
+    enough to accept."""
+
+    audiences: tuple[str, ...]
+    expiry: float | None
+    not_before: float | None
+    pod_name: str
+    pod_uid: str
+
+
+def unverified_claims(token: str) -> Claims | None:
+    """The claims of a JWT-shaped token, or None when it is not one (three base64url
+    parts, the first two JSON objects)."""
+    parts = token.split(".")
+    if len(parts) != 3 or not all(parts):
+        return None
+    try:
+        header = orjson.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
+        claims = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return None
+    aud = claims.get("aud")
+    if isinstance(aud, str):
+        audiences: tuple[str, ...] = (aud,)
+    else:
+        audiences = tuple(a for a in aud if isinstance(a, str)) if isinstance(aud, list) else ()
+    kube = claims.get("kubernetes.io")
+    pod = kube.get("pod") if isinstance(kube, dict) else None
+    pod = pod if isinstance(pod, dict) else {}
+    return Claims(
+        audiences=audiences,
+        expiry=_number(claims.get("exp")),
+        not_before=_number(claims.get("nbf")),
+        pod_name=str(pod.get("name") or ""),
+        pod_uid=str(pod.get("uid") or ""),
+    )
+
+
+#: clock skew allowed between the apiserver that issued a token and this process
+SKEW_SECONDS = 60.0
+
+
+def implausible(claims: Claims | None, audience: str, now: float) -> str | None:
+    """Why a token with ``claims`` cannot be a projected pod token for ``audience`` at
+    ``now`` (POSIX seconds), or None: the reason a review would refuse it anyway."""
+    if claims is None:
+        return "not a JWT"
+    if audience not in claims.audiences:
+        return "not for this audience"
+    if claims.expiry is None or claims.expiry + SKEW_SECONDS <= now:
+        return "expired"
+    if claims.not_before is not None and claims.not_before - SKEW_SECONDS > now:
+        return "not valid yet"
+    if not claims.pod_name or not claims.pod_uid:
+        return "not bound to a pod"
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def token_expiry(token: str) -> float | None:
     """The ``exp`` claim (POSIX seconds) of a JWT, unverified: read only once the
     apiserver has verified the token, to know how long its verdict holds."""
@@ -144,7 +236,4 @@ def token_expiry(token: str) -> float | None:
         claims = orjson.loads(base64.urlsafe_b64decode(payload))
     except (ValueError, orjson.JSONDecodeError):
         return None
-    exp = claims.get("exp") if isinstance(claims, dict) else None
-    if isinstance(exp, int | float) and not isinstance(exp, bool) and math.isfinite(exp):
-        return float(exp)
-    return None
+    return _number(claims.get("exp")) if isinstance(claims, dict) else None

@@ -136,7 +136,9 @@ def active_plan(
     if stall is None and p.watching:
         # the pass that sets Running starts the clock: time it now, not a pass later
         stored = p.old.training_progress
-        stall = check_stall(p.watch, tfjob.name, new.conditions, stored, p.live, p.snap.now)
+        stall = check_stall(
+            p.watch, tfjob.name, new.conditions, stored, p.live, p.snap.now, p.snap.unheard
+        )
     stall_in = stall.due_in if stall is not None else None
     return _running(p, plan, outcomes, gang, deadline_in, stall_in)
 
@@ -270,6 +272,7 @@ def _stall(p: _Pass) -> Stall | None:
         p.old.training_progress,
         p.live,
         p.snap.now,
+        p.snap.unheard,
     )
 
 

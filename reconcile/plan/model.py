@@ -71,6 +71,9 @@ class Snapshot:
     priorities: Mapping[str, int] = field(default_factory=dict)
     #: the replicas' last training-progress reports (reconcile.progress)
     training: Sequence[ReplicaRecord] = ()
+    #: the last time the progress endpoint may have failed to hear reporters for its own
+    #: sake, and why (reconcile.sync.progress): the stall deadline does not count it
+    unheard: tuple[datetime, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,8 @@ def transition_events(
             event_type = NORMAL
         elif cond.type == STALLED and cond.reason == REASON_PROGRESS_RESUMED:
             event_type = NORMAL
+        elif cond.type == STALLED and cond.reason == REASON_PROGRESS_UNHEARD:
+            event_type = WARNING
         if event_type is not None:
             out.append(EventIntent(event_type, cond.reason, cond.message))
     return out
@@ -312,6 +314,9 @@ REASON_PROGRESS_DEADLINE = "ProgressDeadlineExceeded"
 REASON_FIRST_PROGRESS_DEADLINE = "FirstProgressDeadlineExceeded"
 REASON_PROGRESS_RESUMED = "ProgressResumed"
 REASON_STALL_RESTARTED = "GangRestarted"
+#: Stalled False: the deadline ran out, but the controller's own endpoint may not have
+#: heard the job's reports in that time, so the deadline counts again from then
+REASON_PROGRESS_UNHEARD = "ProgressUnheard"
 #: the Failed condition's reasons of the stall action "fail" and of the restart guard
 REASON_STALLED = "TFJobStalled"
 REASON_NO_PROGRESS = "TFJobRestartsWithoutProgress"

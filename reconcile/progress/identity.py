@@ -52,6 +52,9 @@ def reporter_of(
         return Refusal(403, f"pod {pod_name} ({pod_uid}) is gone: its name is another pod's now")
     if not _controlled_by(pmeta.get("ownerReferences"), meta.get("uid")):
         return Refusal(403, f"pod {pod_name} is not a pod of {ns}/{name}")
+    if pmeta.get("deletionTimestamp"):
+        # its replacement's reports are the ones that count
+        return Refusal(403, f"pod {pod_name} is being deleted")
     rtype, index = replica_type_of(pod), replica_index_of(pod)
     spelled = _spec_spelling(job, rtype)
     if spelled is None or index is None:

@@ -9,6 +9,12 @@ gang's admission and a restart all end with Running set anew). From there:
   reconcile.progress.records), the first-progress deadline counts from Running;
 - after it, the progress deadline counts from the last progress.
 
+A deadline does not run out on a window in which the controller's own endpoint may not
+have heard reports (``unheard``: its slots full, an accept failed, reviews unavailable):
+the silence may be ours, not the job's. Such a deadline counts again from the window's
+end, and the job's Stalled condition says so (False, ``ProgressUnheard``, with a Warning
+event) instead of a verdict.
+
 The times live in the status (the Running condition, ``trainingProgress.
 lastProgressTime``), so a new leader keeps the deadline the old one counted; the records
 only add progress newer than the last write. The pass that finds the job not yet due
@@ -29,6 +35,7 @@ from reconcile.progress.summary import human_duration
 
 #: replicas a stall's message names, those stopped longest first
 NAMED = 8
+REASON_UNHEARD = cond.REASON_PROGRESS_UNHEARD
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,9 @@ class Stall:
     summary: str = ""
     #: the condition's message: the summary and the replicas, with their last progress
     message: str = ""
+    #: the deadline would have run out but for a window the endpoint may have been deaf
+    #: in; the deadline counts from its end
+    unheard: bool = False
 
 
 def check_stall(
@@ -51,9 +61,11 @@ def check_stall(
     stored: TrainingProgress | None,
     live: Sequence[ReplicaRecord],
     now: datetime,
+    unheard: tuple[datetime, str] | None = None,
 ) -> Stall | None:
     """The job's stall check at ``now``; None when no deadline applies (none set, the
-    job not Running, or the deadline for the run's current phase unset)."""
+    job not Running, or the deadline for the run's current phase unset). ``unheard``:
+    the last time the endpoint may have missed reports, and why."""
     if not watch.watches_stalls or cond.is_finished(conditions):
         return None
     running = cond.find(conditions, cond.RUNNING)
@@ -77,6 +89,9 @@ def check_stall(
     at = stored_now(now)
     if at < due:
         return Stall(False, reason, due_in=(due - at).total_seconds())
+    excused = _unheard(name, origin, deadline, at, unheard)
+    if excused is not None:
+        return excused
     quiet = human_duration((at - origin).total_seconds())
     if last is None:
         summary = (
@@ -87,6 +102,31 @@ def check_stall(
         summary = f"it made no progress for {quiet} (progress deadline {deadline}s)"
     message = f"TFJob {name}: {summary}; {_replicas(live)}."
     return Stall(True, reason, summary=summary, message=message)
+
+
+def _unheard(
+    name: str,
+    origin: datetime,
+    deadline: int,
+    at: datetime,
+    unheard: tuple[datetime, str] | None,
+) -> Stall | None:
+    """A deadline that ran out on a window the endpoint may have been deaf in: not a
+    stall, due again a deadline after that window's end."""
+    if unheard is None:
+        return None
+    deaf_at = stored_now(unheard[0])
+    deaf_due = deaf_at + timedelta(seconds=deadline)
+    if deaf_at <= origin or at >= deaf_due:
+        return None
+    message = (
+        f"TFJob {name}: its deadline ({deadline}s) ran out, but this controller may not"
+        f" have heard its reports at {format_time(deaf_at)} ({unheard[1]});"
+        " the deadline counts again from then."
+    )
+    return Stall(
+        False, REASON_UNHEARD, due_in=(deaf_due - at).total_seconds(), message=message, unheard=True
+    )
 
 
 def last_progress(
@@ -120,6 +160,8 @@ def stalled_conditions(
         message = f"TFJob {name} restarted its gang: {stall.summary}."
     elif stall.stalled:
         status, reason, message = cond.TRUE, stall.reason, stall.message
+    elif stall.unheard:
+        status, reason, message = cond.FALSE, cond.REASON_PROGRESS_UNHEARD, stall.message
     elif old is not None and old.status == cond.TRUE:
         status, reason = cond.FALSE, cond.REASON_PROGRESS_RESUMED
         message = f"TFJob {name} is making progress again."

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from controller.types import (
+    JSON,
     POD_NAME_EXTRA,
     POD_UID_EXTRA,
     CacheReader,
@@ -45,6 +46,8 @@ _SA_PREFIX = "system:serviceaccount:"
 #: reports of one job arriving together (its replicas report on the same epoch) share
 #: the pass that shows them
 GATHER_SECONDS = 0.2
+#: how much of the server's reason for a deaf window a job's condition repeats
+MAX_WHY = 200
 
 
 class ProgressIntake:
@@ -67,19 +70,41 @@ class ProgressIntake:
         self._gate = gate
         self._now = now
         self._records: dict[str, dict[tuple[str, int], ReplicaRecord]] = {}
+        #: the server's last word that reporters may have gone unheard (``unheard``)
+        self.unheard_at: tuple[datetime, str] | None = None
 
     def audience(self, path: str) -> str | None:
         m = _PATH.fullmatch(path)
         return audience(m.group(1), m.group(3)) if m else None
 
-    def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
+    def _job(self, path: str) -> tuple[str, str, JSON] | Reply:
+        """The path's namespace, name and cached job, or the 404 saying there is none."""
         m = _PATH.fullmatch(path)
         if m is None:
             return Reply(404, "no such path")
         ns, name = m.group(1), m.group(3)
         job = self._jobs.get(ns, name)
-        if job is None:
-            return Reply(404, f"no TFJob {ns}/{name}")
+        return (ns, name, job) if job is not None else Reply(404, f"no TFJob {ns}/{name}")
+
+    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
+        found = self._job(path)
+        if isinstance(found, Reply):
+            return found
+        ns, _, job = found
+        pod = self._pods.get(ns, pod_name)
+        if pod is None:
+            # a pod we just made may be ahead of our cache: the client comes back
+            return Reply(503, "the pod is not known yet", retry_after=1.0)
+        who = reporter_of(
+            job, pod, pod_name=pod_name, pod_uid=pod_uid, service_account_namespace=ns
+        )
+        return Reply(401, "unauthorized") if isinstance(who, Refusal) else None
+
+    def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
+        found = self._job(path)
+        if isinstance(found, Reply):
+            return found
+        ns, name, job = found
         pod_name = caller.first(POD_NAME_EXTRA)
         who = reporter_of(
             job,
@@ -109,6 +134,9 @@ class ProgressIntake:
         waits = self._gate.held(key) if self._gate is not None else 0.0
         self._queue.add_after(key, max(GATHER_SECONDS, self._pacer.delay(key), waits))
         return Reply(204)
+
+    def unheard(self, at: datetime, why: str) -> None:
+        self.unheard_at = (at, why[:MAX_WHY])
 
     def records(self, key: str) -> tuple[ReplicaRecord, ...]:
         """The job's replicas' last records (shared values: never changed in place)."""

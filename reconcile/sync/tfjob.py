@@ -255,6 +255,7 @@ class TFJobReconciler:
             podgroup=self.caches.podgroups.get(namespace, name) if self.caches.podgroups else None,
             priorities=self._priorities(view),
             training=self.memory.progress.records(key) if self.memory.progress else (),
+            unheard=self.memory.progress.unheard_at if self.memory.progress else None,
         )
         rec = self.memory.record(key)
         plan = partial(_plan_of, snap, pods, self.config, status_only, rec.observed)

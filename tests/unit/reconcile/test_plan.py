@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ class World:
     last: Plan | None = None
     #: the replicas' training-progress records the pass is given (reconcile.progress)
     training: tuple[Any, ...] = ()
+    #: the endpoint's last deaf window, as the intake holds it
+    unheard: tuple[datetime, str] | None = None
 
     def reconcile(self, config: PlanConfig = CFG) -> Plan:
         snap = Snapshot(
@@ -58,6 +61,7 @@ class World:
             [copy.deepcopy(s) for s in self.services.values()],
             at(self.now),
             training=self.training,
+            unheard=self.unheard,
         )
         pods, services = copy.deepcopy(raws(snap.pods)), copy.deepcopy(snap.services)
         job = snap.job.raw

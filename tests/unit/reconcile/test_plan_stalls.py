@@ -273,6 +273,26 @@ def test_fail_action_fails_the_job_with_its_own_reason() -> None:
     assert ("Warning", "TFJobStalled") in [(e.type, e.reason) for e in p.events]
 
 
+def test_a_deadline_run_out_while_the_endpoint_was_deaf_fails_nothing() -> None:
+    w = running(watched(**DEADLINE, **{STALL_ACTION_ANNOTATION: "fail"}))
+    reported(w, 20, ("m-worker-0", 4))
+    w.unheard = (at(70), "every connection slot is taken")
+    p = at_(w, 80)
+    assert ("Failed", "True") not in cond_types(w.status)
+    c = stalled(w)
+    assert c is not None and (c["status"], c["reason"]) == ("False", "ProgressUnheard")
+    assert "every connection slot is taken" in c["message"]
+    assert ("Warning", "ProgressUnheard") in [(e.type, e.reason) for e in p.events]
+    assert p.requeue_after == 50  # a deadline from the window's end
+    # reports resume: it is progress again, and the deadline counts from them
+    reported(w, 100, ("m-worker-0", 5))
+    assert stalled(w)["status"] == "False"  # type: ignore[index]
+    # silence after the window runs out as any other
+    at_(w, 160)
+    failed = cond(w.status, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "TFJobStalled")
+
+
 def test_report_action_leaves_the_job_running() -> None:
     w = running(watched(**DEADLINE, **{STALL_ACTION_ANNOTATION: "report"}))
     at_(w, 190)

@@ -68,7 +68,7 @@ def guard(api: Apiserver, clock: FakeClock) -> RequestGuard:
         pytest.param("", 401, "a bearer token is required", id="no-header"),
         pytest.param("Basic dTpw", 401, "a bearer token is required", id="not-bearer"),
         pytest.param("Bearer ", 401, "a bearer token is required", id="empty-token"),
-        pytest.param("Bearer stolen", 401, "invalid bearer token", id="refused-token"),
+        pytest.param("Bearer stolen", 401, "unauthorized", id="refused-token"),
         pytest.param(
             "Bearer nobody",
             403,

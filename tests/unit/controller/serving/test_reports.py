@@ -3,10 +3,14 @@ connection kept alive between reports, and nothing a client sends ending the ser
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +24,33 @@ from controller.observability.prometheus import Registry
 from controller.serving.limits import KeyedLimiter
 from controller.serving.reports import ReportServer
 from controller.serving.tls import FileCertificate
-from controller.serving.tokenreview import TokenReviewer
+from controller.serving.tokenreview import TokenReviewer, unverified_claims
 from controller.types import Caller, Reply
 from hack.cluster.pki import make_pki
 
 PATH = "/v1/reports/job-a"
 AUDIENCE = "test/job-a"
+
+
+#: one expiry for every test token: a pod's token is the same string in each request
+EXP = int(time.time()) + 3600
+
+
+def pod_token(pod: str, *, aud: object = AUDIENCE, exp: float | None = None, **more: Any) -> str:
+    """A token shaped as the kubelet's projected ones: bound to pod ``pod``."""
+    claims = {
+        "aud": aud,
+        "exp": EXP if exp is None else exp,
+        "kubernetes.io": {"namespace": "ns", "pod": {"name": pod, "uid": f"{pod}-uid"}},
+        **more,
+    }
+    part = base64.urlsafe_b64encode(orjson.dumps(claims)).rstrip(b"=").decode()
+    return f"eyJhbGciOiJSUzI1NiJ9.{part}.c2ln"
+
+
+def pod_of(token: str) -> str:
+    claims = unverified_claims(token)
+    return claims.pod_name if claims else ""
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +63,27 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Sink:
     def __init__(self) -> None:
         self.got: list[tuple[str, Caller, bytes]] = []
+        self.deaf: list[tuple[datetime, str]] = []
         self.fail = False
 
     def audience(self, path: str) -> str | None:
         return AUDIENCE if path == PATH else None
+
+    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
+        if pod_name.startswith("unknown"):
+            return Reply(503, "the pod is not known yet", retry_after=1.0)
+        if pod_name.startswith("stranger"):
+            return Reply(403, f"pod {pod_name} is not a pod of job-a")
+        return None
 
     def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
         if self.fail:
             raise RuntimeError("a bug in the sink")
         self.got.append((path, caller, body))
         return Reply(204)
+
+    def unheard(self, at: datetime, why: str) -> None:
+        self.deaf.append((at, why))
 
 
 class Reviews:
@@ -62,10 +98,11 @@ class Reviews:
         if self.down:
             raise OSError("connection refused")
         spec = body["spec"]
-        if spec["token"].startswith("good") and spec["audiences"] == [AUDIENCE]:
+        pod = pod_of(spec["token"])
+        if pod.startswith("good") and spec["audiences"] == [AUDIENCE]:
             user = {
                 "username": "system:serviceaccount:ns:default",
-                "extra": {"authentication.kubernetes.io/pod-uid": [spec["token"]]},
+                "extra": {"authentication.kubernetes.io/pod-uid": [pod]},
             }
             return {"status": {"authenticated": True, "user": user, "audiences": [AUDIENCE]}}
         return {"status": {"authenticated": False, "error": "invalid bearer token"}}
@@ -122,10 +159,14 @@ def request(
     token: str | None = "good-1",
     method: str = "POST",
     headers: Mapping[str, str] | None = None,
+    raw_token: str | None = None,
 ) -> bytes:
+    """``token``: the pod a projected token is bound to; ``raw_token``: the token as is."""
     h = {"Host": "x", "Content-Type": "application/json", "Content-Length": str(len(body))}
-    if token is not None:
-        h["Authorization"] = f"Bearer {token}"
+    if raw_token is not None:
+        h["Authorization"] = f"Bearer {raw_token}"
+    elif token is not None:
+        h["Authorization"] = f"Bearer {pod_token(token)}"
     h.update(headers or {})
     head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items())
     return head.encode() + b"\r\n" + body
@@ -169,7 +210,7 @@ async def test_a_report_is_kept_over_one_kept_alive_connection(pki: Path) -> Non
     ("raw", "status", "words"),
     [
         (request(token=None), 401, "bearer token is required"),
-        (request(token="bad"), 401, "invalid bearer token"),
+        (request(token="bad"), 401, "unauthorized"),
         (request(headers={"Authorization": "Basic abc"}), 401, "bearer"),
         (request(path="/v1/reports/other"), 404, "no reports are taken"),
         (request(method="GET", body=b""), 405, "only POST"),
@@ -267,7 +308,7 @@ async def test_plain_http_and_garbage_end_only_their_connection(pki: Path) -> No
 
 
 async def test_a_silent_client_is_closed(pki: Path) -> None:
-    async with running(pki, request_timeout=0.2) as env, env.connect() as s:
+    async with running(pki, first_timeout=0.2) as env, env.connect() as s:
         await s.send(b"POST /x HTTP/1.1\r\n")  # half a head, then nothing
         with anyio.fail_after(5):
             with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
@@ -297,3 +338,112 @@ async def test_a_body_over_the_limit_is_read_before_the_413(pki: Path) -> None:
             await s.send(body[i : i + 10_000])
         status, headers, doc = await answer(s)
         assert (status, headers["connection"]) == (413, "close") and "at most" in doc["error"]
+
+
+async def closed(stream: ByteStream, within: float = 5.0) -> bool:
+    """Whether the server closes ``stream`` within ``within`` seconds."""
+    with anyio.move_on_after(within):
+        try:
+            while await stream.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError, OSError):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        request(path="/nothing"),  # 404, before any token is looked at
+        request(token="bad"),  # reviewed and refused
+        request(raw_token="not-a-jwt"),  # refused unreviewed
+        request(token="stranger-1"),  # a pod the sink does not know for the job
+        request(headers={"Content-Type": "text/plain"}),  # 415
+    ],
+    ids=["404", "refused", "not-a-jwt", "stranger", "415"],
+)
+async def test_only_an_accepted_caller_keeps_its_connection(pki: Path, raw: bytes) -> None:
+    # one anonymous client held all 4,096 slots with 404s on kept-alive connections
+    async with running(pki) as env, env.connect() as s:
+        await s.send(raw)
+        status, headers, _ = await answer(s)
+        assert status != 204 and headers["connection"] == "close"
+        assert await closed(s)
+
+
+async def test_a_connection_has_a_short_wait_until_its_first_accepted_report(pki: Path) -> None:
+    async with running(pki, first_timeout=0.3, idle_timeout=30) as env:
+        async with env.connect() as idle:
+            t0 = time.monotonic()
+            assert await closed(idle)  # never said anything
+            assert time.monotonic() - t0 < 3
+        async with env.connect() as s:
+            await s.send(request())
+            assert (await answer(s))[0] == 204
+            # kept well past first_timeout once a report was taken
+            assert not await closed(s, within=1.0)
+            await s.send(request())
+            assert (await answer(s))[0] == 204
+
+
+async def test_tokens_that_cannot_be_the_jobs_are_refused_without_a_review(pki: Path) -> None:
+    # a flood of made-up tokens was one TokenReview each (6,510 for 6,510 requests)
+    tokens = [
+        "x.y",
+        "a.b.c",
+        pod_token("good-1", aud="other"),
+        pod_token("good-1", aud=["other", "more"]),
+        pod_token("good-1", exp=time.time() - 3600),
+        pod_token("good-1", nbf=time.time() + 3600),
+        pod_token(""),
+        pod_token("stranger-1"),
+    ]
+    async with running(pki) as env:
+        for token in tokens:
+            status, _, doc = await exchange(env, request(raw_token=token))
+            assert (status, doc["error"]) == (401, "unauthorized"), token
+        assert env.reviews.calls == 0
+        # a pod ahead of the cache is told to come back, still unreviewed
+        status, headers, _ = await exchange(env, request(token="unknown-1"))
+        assert (status, headers["retry-after"]) == (503, "1") and env.reviews.calls == 0
+        # the audience may be one of several
+        tok = pod_token("good-1", aud=["other", AUDIENCE])
+        assert (await exchange(env, request(raw_token=tok)))[0] == 204
+
+
+async def test_a_source_holds_at_most_its_share_of_connections(pki: Path) -> None:
+    async with running(pki, max_per_source=3) as env:
+        async with contextlib.AsyncExitStack() as stack:
+            held = [await stack.enter_async_context(env.connect()) for _ in range(3)]
+            for s in held:
+                await s.send(request())
+                assert (await answer(s))[0] == 204
+            with pytest.raises(
+                (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError, OSError)
+            ):
+                async with env.connect() as extra:
+                    await extra.send(request())
+                    await answer(extra)
+        # the share is given back as connections end
+        assert (await exchange(env, request()))[0] == 204
+
+
+async def test_full_slots_and_failed_reviews_mark_the_endpoint_degraded(pki: Path) -> None:
+    async with running(pki, max_connections=2) as env:
+        assert env.server.degraded_at is None
+        async with env.connect() as a, env.connect() as b:
+            await a.send(request())
+            await b.send(request(token="good-2"))
+            assert (await answer(a))[0] == 204 and (await answer(b))[0] == 204
+            # the accept loop says so as it takes the last slot, before b is answered
+            assert env.server.degraded_at is not None
+            assert "slot" in env.server.degraded_reason
+        env.server.degraded_at = None
+        env.reviews.down = True
+        assert (await exchange(env, request(token="good-3")))[0] == 503
+        assert env.server.degraded_at is not None
+        assert "review" in env.server.degraded_reason
+        # the sink is told each time, the last with when the window was last seen
+        whys = [why for _, why in env.sink.deaf]
+        assert any("slot" in w for w in whys) and "review" in whys[-1]
+        assert env.sink.deaf[-1][0] == env.server.degraded_at

@@ -13,7 +13,8 @@ import pytest
 
 from controller.clock import FakeClock
 from controller.serving.limits import KeyedLimiter
-from controller.serving.tokenreview import ReviewUnavailable, TokenReviewer, token_expiry
+from controller.serving.tokenreview import TokenReviewer, token_expiry
+from controller.serving.verdicts import ReviewUnavailable
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -38,7 +39,8 @@ class Api:
             raise OSError("no route")
         ok = body["spec"]["token"] != "bad"
         user = {"username": "u", "uid": "1", "groups": ["g"], "extra": {"k": ["v"]}}
-        return {"status": {"authenticated": ok, "user": user, "error": "" if ok else "nope"}}
+        status = {"authenticated": ok, "user": user, "error": "" if ok else "nope"}
+        return {"status": status | {"audiences": body["spec"].get("audiences", [])}}
 
 
 def reviewer(api: Api, clock: FakeClock) -> TokenReviewer:
@@ -88,7 +90,14 @@ async def test_an_error_is_no_verdict() -> None:
         await r.review("t", "aud")
     api.fail = False
     assert (await r.review("t", "aud")).caller is not None
-    assert r.counts == {"hit": 0, "accepted": 1, "refused": 0, "error": 1}
+    assert r.counts == {
+        "hit": 0,
+        "accepted": 1,
+        "refused": 0,
+        "error": 1,
+        "local": 0,
+        "over_budget": 0,
+    }
 
 
 async def test_concurrent_first_reports_share_one_review() -> None:

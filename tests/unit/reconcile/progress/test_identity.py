@@ -53,6 +53,8 @@ def test_a_pod_of_the_job_is_its_replica() -> None:
         (pod(ownerReferences=[{"uid": "other-job", "controller": True}]), {}, "not a pod of"),
         (pod(ownerReferences=[{"uid": "job-uid"}]), {}, "not a pod of"),  # not the controller
         (pod(labels={}), {}, "no replica type"),
+        # a pod on its way out: its replacement's reports count (issue: a live pod)
+        (pod(deletionTimestamp="2026-01-01T00:00:00Z"), {}, "is being deleted"),
         (
             pod(
                 labels={

@@ -158,3 +158,44 @@ def test_known_step_reads_the_stored_progress() -> None:
     assert (
         known_step({"replicas": {"Worker": {"reporting": "x", "replicas": 3}}}, "Worker", 0) is None
     )
+
+
+@pytest.mark.parametrize(
+    ("deaf", "now", "stalled", "reason", "due_in"),
+    [
+        # a deaf window inside the quiet time: the deadline counts again from its end
+        (150, 190, False, "ProgressUnheard", 140),
+        (150, 329, False, "ProgressUnheard", 1),
+        # a deadline from the window's end runs out as any other
+        (150, 330, True, "FirstProgressDeadlineExceeded", None),
+        # a window before the run started excuses nothing
+        (5, 190, True, "FirstProgressDeadlineExceeded", None),
+        # nor does it move a deadline not yet due
+        (150, 100, False, "FirstProgressDeadlineExceeded", 90),
+    ],
+)
+def test_a_window_the_endpoint_was_deaf_in_is_not_the_jobs_silence(
+    deaf: float, now: float, stalled: bool, reason: str, due_in: float | None
+) -> None:
+    unheard = (at(deaf), "every connection slot is taken")
+    found = check_stall(W, "m", running_since(10), None, (), at(now), unheard)
+    assert found is not None
+    assert (found.stalled, found.reason, found.due_in) == (stalled, reason, due_in)
+    if reason == "ProgressUnheard":
+        assert found.unheard
+        assert "may not have heard its reports at 2024-01-01T00:02:30Z" in found.message
+        assert "every connection slot is taken" in found.message
+
+
+def test_an_unheard_window_is_said_on_the_stalled_condition_with_a_warning() -> None:
+    base = running_since(10)
+    found = check_stall(W, "m", base, None, (), at(190), (at(150), "token reviews: down"))
+    assert found is not None and found.unheard
+    conds = stalled_conditions(base, found, "m", at(190))
+    assert (conds[0].type, conds[0].status, conds[0].reason) == (
+        "Stalled",
+        "False",
+        "ProgressUnheard",
+    )
+    events = cond.transition_events(base, conds)
+    assert [(e.type, e.reason) for e in events] == [("Warning", "ProgressUnheard")]

@@ -12,7 +12,7 @@ from controller.runtime.pacer import Pacer, SlotGate
 from controller.types import JSON, Caller
 from reconcile.objects.reporting import progress_path
 from reconcile.sync.progress import GATHER_SECONDS, ProgressIntake
-from tests.builders import make_pod, make_tfjob
+from tests.builders import at, make_pod, make_tfjob
 
 JOB = make_tfjob("mnist", "ns", uid="job-uid").worker(2).obj()
 POD = make_pod(JOB, "Worker", 1).uid("pod-1").running().obj()
@@ -106,3 +106,29 @@ def test_a_job_waiting_for_its_slot_is_not_looked_at_before_it() -> None:
     gate.reserve("ns/mnist")  # the pass found the gate busy: its slot is in 10 s
     i.accept(PATH, caller(), b'{"step": 3}')
     assert queue.added == [("ns/mnist", pytest.approx(10.0))]
+
+
+def test_the_precheck_refuses_unreviewed_what_no_review_could_make_good() -> None:
+    i, queue, _ = intake()
+    name = POD["metadata"]["name"]
+    assert i.precheck(PATH, name, "pod-1") is None
+    # another UID under the name: the pod is gone; a name of no pod of the job
+    for pod_name, uid in ((name, "old-uid"), ("mnist-worker-0", "x")):
+        got = i.precheck(PATH, pod_name, uid)
+        if pod_name == name:
+            assert got is not None and (got.status, got.message) == (401, "unauthorized")
+        else:  # not cached: maybe ahead of the cache, so come back
+            assert got is not None and (got.status, got.retry_after) == (503, 1.0)
+    got = i.precheck(progress_path("ns", "other"), name, "pod-1")
+    assert got is not None and got.status == 404
+    assert queue.added == []  # nothing of it schedules a pass
+
+
+def test_the_servers_deaf_windows_are_kept_for_the_stall_deadline() -> None:
+    i, _, _ = intake()
+    assert i.unheard_at is None
+    i.unheard(at(50), "every connection slot is taken")
+    i.unheard(at(60), "accept failed: " + "x" * 1_000)
+    assert i.unheard_at is not None
+    when, why = i.unheard_at
+    assert when == at(60) and why.startswith("accept failed: ") and len(why) == 200
