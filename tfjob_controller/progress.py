@@ -25,7 +25,7 @@ Wire format: ``POST <url>``, HTTP/1.1 over one kept-alive connection, with
 ``Content-Type: application/json`` and a body of at most 16 KiB: one object with only
 these keys (the server refuses any other with 400):
 
-- ``step`` (integer >= 0, required): the training step this replica has reached.
+- ``step`` (integer from 0 to 2**53, required): the training step this replica has reached.
 - ``totalSteps`` (integer >= 1), ``epoch`` (integer >= 0: the epochs completed; Keras's
   0-based index of the epoch in progress), ``totalEpochs`` (integer >= 1): optional.
 - ``metrics``: at most 16 entries, name -> finite number.
@@ -125,8 +125,9 @@ FORCED_GAP: Final = 1.0
 MAX_BODY: Final = 16 * 1024
 MAX_METRICS: Final = 16
 MAX_SECTIONS: Final = 8
-#: The server keeps counts in 64 bits.
-MAX_COUNT: Final = 2**63 - 1
+#: The server's limit for every count (reconcile.progress.wire.MAX_INT, a test checks
+#: they agree): the largest integer a float64 holds exactly, so JSON readers agree.
+MAX_COUNT: Final = 2**53
 NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,62}")
 TOKEN_CHECK_EVERY: Final = 30.0
 REFUSED_PAUSE: Final = 60.0

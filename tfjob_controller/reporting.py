@@ -12,7 +12,6 @@ and keeps in a Secret (``--progress-cert-secret``, controller.serving.certs).
 from __future__ import annotations
 
 import argparse
-import tempfile
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from controller.client.kube import CONFIGMAPS, SECRETS, ResourceClient
 from controller.observability.prometheus import Registry
 from controller.runtime.pacer import Pacer, SlotGate
 from controller.serving.bundle import BundleDistributor
-from controller.serving.certs import SecretCertificate
+from controller.serving.certs import SecretCertificate, private_dir
 from controller.serving.limits import Budget, KeyedLimiter
 from controller.serving.reports import MAX_CONNECTIONS, MAX_PER_SOURCE, ReportServer
 from controller.serving.tls import FileCertificate
@@ -39,7 +38,6 @@ from tfjob_controller.secure_metrics import review_post
 
 DEFAULT_BIND = ":10443"
 DEFAULT_CERT_SECRET = "tfjob-controller-progress-tls"
-CERT_DIR_NAME = "tfjob-controller-progress"
 DEFAULT_STATUS_INTERVAL = 5.0
 DEFAULT_RATE = 1.0
 DEFAULT_BURST = 5
@@ -83,9 +81,10 @@ def add_progress_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--progress-cert-dir",
         default="",
-        help="where a made certificate is written for the TLS context (default: a"
-        " directory in the system's temporary one, looked up only then: a read-only root"
-        " filesystem may have none)",
+        help="the directory in which a private one, made afresh by each process (mode"
+        " 0700), holds a made certificate for the TLS context (default: the system's"
+        " temporary directory, looked up only then: a read-only root filesystem may have"
+        " none)",
     )
     g.add_argument(
         "--progress-status-interval",
@@ -227,7 +226,7 @@ async def progress_endpoint(
             namespace or own_namespace,
             name,
             [urllib.parse.urlsplit(args.progress_url).hostname or "localhost"],
-            Path(args.progress_cert_dir or Path(tempfile.gettempdir()) / CERT_DIR_NAME),
+            private_dir(Path(args.progress_cert_dir) if args.progress_cert_dir else None),
             now=clock.now,
             on_ca=bundle.set_bundle,
         )

@@ -16,14 +16,25 @@ writes the pair to files in ``workdir`` for the TLS context
 so a replica picks up a certificate another one renewed.
 
 Keys are ECDSA P-256: small certificates, fast handshakes.
+
+The files go to a directory made fresh for this process (``private_dir``: mode 0700,
+ours), inside the one given: a shared temporary directory, or the Deployment's
+emptyDir (which the kubelet makes world-writable). Each file is written to a name made
+with O_EXCL and O_NOFOLLOW, at its mode from the start, then renamed over the old one:
+nothing planted there beforehand is followed or reused.
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import datetime as dt
 import ipaddress
 import os
+import shutil
+import stat
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,15 +177,37 @@ class SecretCertificate:
             self._on_ca(pair.ca_crt.decode())
 
 
+def private_dir(parent: Path | None) -> Path:
+    """A directory made now for this process's files, mode 0700, inside ``parent`` (the
+    system's temporary directory for None), removed when the process exits. A
+    ``parent`` that is a link, or not a directory, is refused."""
+    if parent is not None:
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = parent.lstat()
+        if not stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"{parent}: not a directory (a link is not followed)")
+    made = Path(tempfile.mkdtemp(prefix="tfjob-tls-", dir=parent))
+    atexit.register(shutil.rmtree, made, ignore_errors=True)
+    return made
+
+
 def _write_if_changed(path: Path, data: bytes, mode: int) -> None:
     try:
-        if path.read_bytes() == data:
+        if not path.is_symlink() and path.read_bytes() == data:
             return
     except OSError:
         pass
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.chmod(tmp, mode)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a leftover, or something planted: never written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask may have taken bits the mode asks for
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
     tmp.replace(path)  # whole or not at all, for a reader checking it meanwhile
 
 

@@ -229,8 +229,8 @@ class TrainingProgress(_Model):
     #: when a replica's step last advanced (or the job first reported): the progress
     #: deadline counts from here, across a failover (docs/stalls.md)
     last_progress_time: Time | None = None
-    #: the furthest step any replica has reported: restarts that never get past it
-    #: are restarts without progress
+    #: the furthest step the job has reached (the chief's, else the workers' lower
+    #: median): restarts that never get past it are restarts without progress
     furthest_step: Count | None = None
     #: replicas slower than their peers, slowest first (at most 16)
     stragglers: list[Straggler] = Field(default_factory=list)

@@ -10,6 +10,9 @@ extends the run. When more restarts than the limit are counted in one run, the l
 worth of restarted runs ended without getting past the mark, and the job fails (reason
 TFJobRestartsWithoutProgress) instead of restarting again.
 
+The furthest step is the job's own, not any replica's: the reporter's type's middle step
+(``mark_step``), so one worker reporting step 2**53 cannot pin the mark out of reach.
+
 A job that has never reported has no furthest step: nothing says whether its restarts
 progressed, and the guard leaves it to backoffLimit. The mark only moves on passes that
 count a restart, which write the status anyway: the guard adds no write of its own.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from reconcile.api.status_types import RestartGuard, TrainingProgress
 from reconcile.progress.records import ReplicaRecord
+from reconcile.progress.summary import mark_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +61,9 @@ def check_guard(
 
 
 def furthest_step(stored: TrainingProgress | None, records: Iterable[ReplicaRecord]) -> int | None:
-    """The furthest step reported: the stored mark, or a record's that is further."""
-    steps = [r.report.step for r in records]
+    """The furthest step reported: the stored mark, or the records' that is further
+    (reconcile.progress.summary.mark_step: what one replica's absurd report cannot pin)."""
+    steps = [s] if (s := mark_step(records)) is not None else []
     if stored is not None and stored.furthest_step is not None:
         steps.append(stored.furthest_step)
     return max(steps) if steps else None

@@ -69,19 +69,33 @@ def summarize(
         last_report_time=max(r.at for r in live),
         reporter=f"{lead.who.replica_type.lower()}-{lead.who.index}",
         last_progress_time=stored_now(max(moved)) if moved else None,
-        furthest_step=max(r.report.step for r in live),
+        furthest_step=mark_step(live),
         metrics={k: _significant(v) for k, v in rep.metrics.items()},
         replicas={t: _type_progress(rs) for t, rs in sorted(by_type.items())},
     )
 
 
-def _reporter(live: list[ReplicaRecord]) -> ReplicaRecord:
-    def rank(r: ReplicaRecord) -> tuple[int, int, str]:
-        t = r.who.replica_type
-        order = next((i for i, k in enumerate(REPORTER_ORDER) if k.lower() == t.lower()), 99)
-        return order, r.who.index, t
+def _rank(r: ReplicaRecord) -> tuple[int, int, str]:
+    t = r.who.replica_type
+    order = next((i for i, k in enumerate(REPORTER_ORDER) if k.lower() == t.lower()), 99)
+    return order, r.who.index, t
 
-    return min(live, key=rank)
+
+def _reporter(live: list[ReplicaRecord]) -> ReplicaRecord:
+    return min(live, key=_rank)
+
+
+def mark_step(records: Iterable[ReplicaRecord]) -> int | None:
+    """The step the job has got to, as one replica cannot misstate it: the lower median
+    of the steps of the reporter's replica type (the chief's own, when it reports; the
+    workers' middle one otherwise). A replica reporting an absurd step moves it only
+    when it is the job's one reporter; an evaluator's own count never drags it."""
+    held = list(records)
+    if not held:
+        return None
+    kind = _reporter(held).who.replica_type
+    steps = sorted(r.report.step for r in held if r.who.replica_type == kind)
+    return steps[(len(steps) - 1) // 2]
 
 
 def _percent(lead: ReplicaRecord, total_steps: int) -> int | None:

@@ -217,3 +217,42 @@ def test_owner_references_permission_enforcement_is_on_and_the_role_passes_it(
         assert _create_child_as(cluster, token_for(kube, weaker), namespace, owner) == 403
     finally:
         cluster.kubectl("delete", "clusterrolebinding,clusterrole", weaker, "--ignore-not-found")
+
+
+def _allowed(kube: Kube, user: str, verb: str, ns: str, name: str) -> bool:
+    """The apiserver's own authorizer: may ``user`` ``verb`` the ConfigMap ``name``."""
+    review = kube.req(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{SA_NS}"],
+                "resourceAttributes": {
+                    "namespace": ns,
+                    "verb": verb,
+                    "resource": "configmaps",
+                    "name": name,
+                },
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+def test_the_role_reads_and_patches_no_configmap_but_the_progress_ca(
+    cluster: Cluster, kube: Kube, namespace: str
+) -> None:
+    """A compromised controller cannot patch the ConfigMaps that grant access elsewhere
+    (kube-system/aws-auth on EKS): get and patch are the CA's alone."""
+    apply_controller_rbac(cluster)
+    user = f"system:serviceaccount:{SA_NS}:tfjob-controller"
+    for verb in ("get", "patch"):
+        assert _allowed(kube, user, verb, namespace, "tfjob-progress-ca")
+        assert not _allowed(kube, user, verb, namespace, "some-other")
+        assert not _allowed(kube, user, verb, "kube-system", "aws-auth")
+    assert _allowed(kube, user, "create", namespace, "")
+    assert not _allowed(kube, user, "update", namespace, "tfjob-progress-ca")
+    assert not _allowed(kube, user, "delete", namespace, "tfjob-progress-ca")

@@ -860,3 +860,24 @@ def test_under_several_replicas_batches_report_their_step_and_epochs_the_metrics
         {"step": 1, "epoch": 0, "totalSteps": 2, "totalEpochs": 1},
         {"step": 1, "epoch": 1, "totalSteps": 2, "totalEpochs": 1, "metrics": {"loss": 1.0}},
     ]
+
+
+def test_the_helper_and_the_server_share_their_limits() -> None:
+    """What the helper promises to send is what the server takes: the same limits, and
+    its extreme documents parse."""
+    from reconcile.progress import wire
+
+    assert progress.MAX_COUNT == wire.MAX_INT
+    assert progress.MAX_METRICS == wire.MAX_METRICS
+    assert progress.MAX_SECTIONS == wire.MAX_SECTIONS
+    assert progress.MAX_BODY == wire.MAX_BODY_BYTES
+    top = progress.MAX_COUNT
+    head = progress._head(top, top, top, top, True)
+    assert head == {"step": top, "totalSteps": top, "epoch": top, "totalEpochs": top, "final": True}
+    many = {f"m{i}": 1.5e308 for i in range(40)}
+    job = progress._Job(1, head, many, {f"s{i}": 1e308 for i in range(40)}, False)
+    parsed = wire.parse_report(job.body())
+    assert parsed.step == top and len(parsed.metrics) == wire.MAX_METRICS
+    # one past the limit: dropped by the helper (the step) or left out (the rest)
+    assert progress._head(top + 1, None, None, None, False) is None
+    assert progress._head(1, top + 1, None, None, False) == {"step": 1}

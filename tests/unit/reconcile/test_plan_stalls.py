@@ -355,6 +355,22 @@ def test_progress_past_the_mark_begins_a_new_run() -> None:
     assert all(c["type"] != "Failed" for c in w.status["conditions"])
 
 
+def test_one_replicas_absurd_step_does_not_pin_the_guards_mark() -> None:
+    job = make_tfjob("m").worker(3, restart_policy="ExitCode").obj()
+    job["metadata"]["annotations"] = {RESTART_GUARD_ANNOTATION: "2"}
+    w = running(job)
+    reported(w, 20, ("m-worker-0", 50), ("m-worker-1", 50), ("m-worker-2", 2**53))
+    assert w.status["trainingProgress"]["furthestStep"] == 50
+    step = 50
+    for t in (100, 1_000, 2_000, 3_000, 4_000):
+        crash(w, "m-worker-0", t)
+        step += 10  # every restart resumes and gets further
+        reported(w, t + 400, ("m-worker-0", step), ("m-worker-1", step))
+    assert w.status["replicaStatuses"]["Worker"]["restarts"] == 5
+    assert all(c["type"] != "Failed" for c in w.status["conditions"])
+    assert w.status["trainingProgress"]["furthestStep"] == step
+
+
 def test_a_job_that_never_reported_is_left_to_the_backoff_limit() -> None:
     w = running(watched(**{RESTART_GUARD_ANNOTATION: "1"}))
     for t in (100, 1_000, 2_000, 3_000):

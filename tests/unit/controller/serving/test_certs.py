@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import os
 import ssl
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 
 from controller import errors
-from controller.serving.certs import SecretCertificate
+from controller.serving.certs import SecretCertificate, private_dir
 from controller.types import JSON
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -129,3 +132,36 @@ async def test_an_unreadable_secret_is_made_anew(tmp_path: Path) -> None:
     await fixed.sync()
     assert fixed.writes == 1
     leaf(tmp_path / "tls.crt")
+
+
+def test_the_files_go_to_a_private_directory_of_their_own(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # as a temporary directory, or the kubelet's emptyDir
+    one, two = private_dir(shared), private_dir(shared)
+    assert one != two and one.parent == two.parent == shared
+    st = one.lstat()
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    with pytest.raises(ValueError, match="not a directory"):
+        private_dir(link)
+
+
+async def test_a_planted_link_is_never_written_through(tmp_path: Path) -> None:
+    secrets = Secrets()
+    victim = tmp_path / "victim"
+    victim.write_text("theirs")
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in (".tls.key.tmp", "tls.key"):
+        (work / name).symlink_to(victim)
+    old = os.umask(0)  # the mode is the file's from the start, whatever the umask
+    try:
+        await made(secrets, work).sync()
+    finally:
+        os.umask(old)
+    assert victim.read_text() == "theirs"
+    key = work / "tls.key"
+    assert not key.is_symlink() and b"PRIVATE KEY" in key.read_bytes()
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
