@@ -135,6 +135,8 @@ class IndexRetry(_Model):
     avoid_nodes: list[str] = Field(default_factory=list)
     #: When it was last moved: once per replica per window.
     moved_at: Time | None = None
+    #: Times this index was moved, for its lifetime budget (reconcile.progress.moves).
+    moves: Count = 0
 
 
 class ReplicaStatus(_Model):

@@ -19,6 +19,11 @@ MOVE_WINDOW, so a job on uniformly slow nodes does not chase its tail; only one 
 with at least MIN_PEERS peers; and only while every pod of the job runs (the caller's
 ``movable`` is empty otherwise): while one is away, the others' rates shift, and the
 first real run moved a second worker that was only slower than the one left.
+
+Moves have a lifetime budget: MOVES_PER_INDEX for an index (its ``moves`` in the retry
+state) and MOVES_PER_JOB for the job (the types' ``moves`` together). A replica that
+misreports can thus cost its peers a bounded number of moves, never one every window
+for ever, and an index's ``avoidNodes`` never grows past its budget.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from reconcile.policy.restart import ReplicaAccount
 MOVE_WINDOW = timedelta(minutes=10)
 #: a replica is moved only when it was compared with at least this many peers: against
 #: one, which of two is the odd one is a coin toss
-MIN_PEERS = 2
+MIN_PEERS = 3
+MOVES_PER_INDEX = 2
+MOVES_PER_JOB = 6
 MAX_AVOIDED = 8
 #: the node a pod is bound to, as node affinity's matchFields names it
 NODE_NAME_FIELD = "metadata.name"
@@ -50,13 +57,17 @@ def moves_due(
     now: datetime,
 ) -> list[Straggler]:
     """The flagged replicas to move now: on a known node, their pod still running
-    (``movable``: UIDs), not being moved already, and not moved within the window."""
-    out = []
+    (``movable``: UIDs), not being moved already, not moved within the window, and
+    within their index's and the job's budgets."""
+    out: list[Straggler] = []
+    spent = sum(rs.moves for rs in statuses.values())
     for s in flagged:
+        if spent + len(out) >= MOVES_PER_JOB:
+            break
         if not s.node or s.pod_uid not in movable or s.peers < MIN_PEERS:
             continue
         rec = statuses.get(s.replica_type, ReplicaStatus()).index_retries.get(str(s.index))
-        if rec is not None and rec.moving_pod_uid:
+        if rec is not None and (rec.moving_pod_uid or rec.moves >= MOVES_PER_INDEX):
             continue
         if rec is not None and rec.moved_at is not None and now - rec.moved_at < MOVE_WINDOW:
             continue
@@ -85,6 +96,7 @@ def with_moves(
                 "moving_pod_uid": s.pod_uid,
                 "avoid_nodes": [*avoided, s.node],
                 "moved_at": now,
+                "moves": rec.moves + 1,
             }
         )
         retries = {**rs.index_retries, str(s.index): rec}

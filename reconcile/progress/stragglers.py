@@ -12,10 +12,17 @@ A replica's measure is the median over its recent reports (the record's window: 
 8 reports, 120 s) after its pod's first (the warm-up: the first steps build and compile
 the graph: a new pod scored on them would be flagged for its start), and only
 once it has MIN_SAMPLES of them; its score is its speed as
-a fraction of the median of its peers' measures (for a section: the peers' median
-seconds over its own; for a rate: its own over the peers' median), the lowest over its
-sections. Below the threshold (0.75 by default, as NVIDIA's resiliency extension flags)
-it is flagged; a flagged replica clears once its score is back above the threshold plus
+a fraction of its peers' reference (for a section: the reference seconds over its own;
+for a rate: its own over the reference), the lowest over its sections.
+
+The reference is one no single replica can drag: the peers' median, and with an even
+number of peers the slower of the middle two (the higher seconds, the lower rate), so
+against two peers one of them lying fast leaves the honest one as the reference; and
+figures no real step shows (a section at or below SECTION_FLOOR, a rate at or below 0)
+are neither scored nor part of anyone's reference.
+
+Below the threshold (0.75 by default, as NVIDIA's resiliency extension flags) it is
+flagged; a flagged replica clears once its score is back above the threshold plus
 RECOVER_MARGIN (hysteresis: a replica near the line does not flap), or when its pod is
 gone (a replacement starts afresh). Flags live in ``trainingProgress.stragglers`` with
 the time each episode began, so a new leader neither forgets them nor announces them
@@ -41,6 +48,8 @@ MIN_SAMPLES = 3
 RECOVER_MARGIN = 0.1
 #: the status lists at most this many, slowest first
 MAX_LISTED = 16
+#: seconds: a self-timed part of a real step takes longer (a report of 0 is no figure)
+SECTION_FLOOR = 1e-4
 RATE_BASIS = "stepRate"
 SECTION_BASIS = "section:"
 
@@ -66,7 +75,11 @@ def scores(live: Iterable[ReplicaRecord]) -> dict[tuple[str, int], Score]:
 
 
 def _by_sections(records: Sequence[ReplicaRecord]) -> dict[tuple[str, int], Score]:
-    medians = {_slot(r): m for r in records if (m := _section_medians(r))}
+    medians = {
+        _slot(r): kept
+        for r in records
+        if (kept := {n: v for n, v in _section_medians(r).items() if v > SECTION_FLOOR})
+    }
     if len(medians) < 2:
         return {}
     by_name: dict[str, list[float]] = {}
@@ -79,8 +92,8 @@ def _by_sections(records: Sequence[ReplicaRecord]) -> dict[tuple[str, int], Scor
     for slot, mine in medians.items():
         best: Score | None = None
         for name, own in mine.items():
-            ref = _peers_median(by_name[name], own)
-            if ref is None or own <= 0 or ref <= 0:
+            ref = _peers_median(by_name[name], own, slower="high")
+            if ref is None or ref <= 0:
                 continue
             found = Score(ref / own, SECTION_BASIS + name, len(by_name[name]) - 1)
             if best is None or found.score < best.score:
@@ -92,18 +105,24 @@ def _by_sections(records: Sequence[ReplicaRecord]) -> dict[tuple[str, int], Scor
 
 def _by_rates(records: Sequence[ReplicaRecord]) -> dict[tuple[str, int], Score]:
     rates = {_slot(r): rate for r in records if (rate := _settled_rate(r)) is not None}
-    ordered = sorted(rates.values())
+    # a replica that does not step is scored (it is the slowest), but is no reference
+    ordered = sorted(rate for rate in rates.values() if rate > 0)
     out: dict[tuple[str, int], Score] = {}
     for slot, own in rates.items():
-        ref = _peers_median(ordered, own)
+        if own > 0:
+            ref, peers = _peers_median(ordered, own, slower="low"), len(ordered) - 1
+        else:
+            ref, peers = _median(ordered, slower="low"), len(ordered)
         if ref is not None and ref > 0:
-            out[slot] = Score(max(0.0, own) / ref, RATE_BASIS, len(ordered) - 1)
+            out[slot] = Score(max(0.0, own) / ref, RATE_BASIS, peers)
     return out
 
 
-def _peers_median(ordered: Sequence[float], own: float) -> float | None:
+def _peers_median(ordered: Sequence[float], own: float, *, slower: str) -> float | None:
     """The median of ``ordered`` (sorted, holding ``own``) without one ``own``: the
-    peers' median in O(log n), so a 1,000-replica job is not scored in O(n²)."""
+    peers' median in O(log n), so a 1,000-replica job is not scored in O(n²). With an
+    even number of peers, the slower of the middle two: the ``high`` one for seconds,
+    the ``low`` one for rates."""
     n = len(ordered) - 1  # the peers
     if n < 1:
         return None
@@ -114,7 +133,17 @@ def _peers_median(ordered: Sequence[float], own: float) -> float | None:
 
     if n % 2:
         return peer(n // 2)
-    return (peer(n // 2 - 1) + peer(n // 2)) / 2
+    return peer(n // 2) if slower == "high" else peer(n // 2 - 1)
+
+
+def _median(ordered: Sequence[float], *, slower: str) -> float | None:
+    """The median of ``ordered`` (sorted), the slower middle one when there are two."""
+    n = len(ordered)
+    if n < 1:
+        return None
+    if n % 2:
+        return ordered[n // 2]
+    return ordered[n // 2] if slower == "high" else ordered[n // 2 - 1]
 
 
 def _settled_rate(r: ReplicaRecord) -> float | None:

@@ -263,14 +263,14 @@ def test_a_moved_straggler_comes_back_on_another_node_uncounted(
 ) -> None:
     ns = namespace
     body = job("mv", {"training.kubeflow.org/straggler-action": "move"})
-    body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 3
+    body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 4  # three peers: a move needs them
     kube.create_tfjob(ns, body)
     pods = Replicas(kube, controller, ns, "mv")
     try:
-        running = {p["metadata"]["name"]: p for p in wait_running(kube, ns, "mv", 3)}
+        running = {p["metadata"]["name"]: p for p in wait_running(kube, ns, "mv", 4)}
         slow = running["mv-worker-2"]
         for step in range(1, 5):
-            for i in range(3):
+            for i in range(4):
                 pods.report(i, step, sections={"compute": 0.3 if i == 2 else 0.1})
     finally:
         pods.close()
@@ -294,7 +294,7 @@ def test_a_moved_straggler_comes_back_on_another_node_uncounted(
     ]
     # the other workers' pods are as they were, and nothing is counted but the move
     assert {p["metadata"]["uid"] for p in kube.pods(ns, "mv")} >= {
-        running[f"mv-worker-{i}"]["metadata"]["uid"] for i in (0, 1)
+        running[f"mv-worker-{i}"]["metadata"]["uid"] for i in (0, 1, 3)
     }
     rs = (kube.tfjob(ns, "mv") or {})["status"]["replicaStatuses"]["Worker"]
     assert (rs.get("moves"), rs.get("restarts", 0), rs.get("disruptions", 0)) == (1, 0, 0)

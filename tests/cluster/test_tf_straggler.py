@@ -19,7 +19,8 @@ from tests.conftest import Cluster
 
 pytestmark = [pytest.mark.local_only, pytest.mark.tf]
 
-WORKERS = 3
+#: a move needs three peers to compare with (reconcile.progress.moves.MIN_PEERS)
+WORKERS = 4
 SLOW = 2
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 

@@ -35,7 +35,7 @@ class Reporting(World):
 
     held: dict[tuple[str, int], ReplicaRecord] = field(default_factory=dict)
 
-    def report(self, pod_name: str, step: int) -> None:
+    def report(self, pod_name: str, step: int, sections: dict[str, float] | None = None) -> None:
         meta = self.pods[pod_name]["metadata"]
         labels = meta["labels"]
         rtype = TYPES[labels["training.kubeflow.org/replica-type"]]
@@ -45,7 +45,8 @@ class Reporting(World):
         baseline = None
         if prev is None:
             baseline = known_step(self.status.get("trainingProgress"), rtype, index)
-        self.held[(rtype, index)] = record(prev, who, Report(step=step), at(self.now), baseline)
+        report = Report(step=step, sections=sections or {})
+        self.held[(rtype, index)] = record(prev, who, report, at(self.now), baseline)
         self.training = tuple(self.held.values())
 
     def failover(self) -> None:
@@ -421,17 +422,18 @@ def test_a_bad_value_fails_the_job_naming_the_annotation() -> None:
 # --- moving a straggler ---------------------------------------------------------------
 
 
-def slow_third(w: Reporting, start: float, rounds: int = 5) -> None:
-    """Workers 0 and 1 step 50 every 5 s, worker 2 only 10: it runs at a fifth."""
+def slow_last(w: Reporting, start: float, rounds: int = 5) -> None:
+    """Workers 0 to 2 step 50 every 5 s, worker 3 only 10: it runs at a fifth."""
     for n in range(rounds):
         w.now = start + 5 * n
-        for i, per in ((0, 50), (1, 50), (2, 10)):
+        for i, per in ((0, 50), (1, 50), (2, 50), (3, 10)):
             w.report(f"m-worker-{i}", (n + 1) * per)
         w.reconcile()
 
 
-def three(**annotations: str) -> dict[str, Any]:
-    job = make_tfjob("m").worker(3, restart_policy="ExitCode").obj()
+def four(**annotations: str) -> dict[str, Any]:
+    """Four workers: a move needs three peers to compare with."""
+    job = make_tfjob("m").worker(4, restart_policy="ExitCode").obj()
     job["metadata"]["annotations"] = annotations
     return job
 
@@ -444,65 +446,95 @@ def avoidance(pod: dict[str, Any]) -> list[Any]:
 
 
 def test_a_flagged_straggler_is_moved_once_not_counted_and_kept_off_its_node() -> None:
-    w = running(three(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
-    slow_third(w, 20)
+    w = running(four(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
+    slow_last(w, 20)
     rs = w.status["replicaStatuses"]["Worker"]
-    assert rs["moves"] == 1 and rs["indexRetries"]["2"]["avoidNodes"] == ["node-a"]
-    moving = rs["indexRetries"]["2"]["movingPodUID"]
-    assert moving == w.pods["m-worker-2"]["metadata"]["uid"]
+    assert rs["moves"] == 1 and rs["indexRetries"]["3"]["avoidNodes"] == ["node-a"]
+    moving = rs["indexRetries"]["3"]["movingPodUID"]
+    assert moving == w.pods["m-worker-3"]["metadata"]["uid"]
     reasons = [e.reason for e in w.events]
     assert reasons.count("StragglerMoved") == 1 and reasons.count("StragglerDetected") == 1
     # the move stored (the pass after it): the pod goes; its end counts for nothing
     going = [n for n, x in w.pods.items() if x["metadata"].get("deletionTimestamp")]
-    assert going == ["m-worker-2"]
+    assert going == ["m-worker-3"]
     # and let go (its tracking finalizer off): nothing of its end is waited for
-    assert not w.pods["m-worker-2"]["metadata"].get("finalizers")
-    w.set_phase("m-worker-2", "Failed", 143)
+    assert not w.pods["m-worker-3"]["metadata"].get("finalizers")
+    w.set_phase("m-worker-3", "Failed", 143)
     at_(w, 42)
     w.gone()
     p = at_(w, 43)
     (new,) = p.create_pods
-    assert new["metadata"]["name"] == "m-worker-2"
+    assert new["metadata"]["name"] == "m-worker-3"
     assert avoidance(new) == [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]
     rs = w.status["replicaStatuses"]["Worker"]
     assert rs.get("restarts", 0) == 0 and rs.get("disruptions", 0) == 0 and rs["moves"] == 1
-    assert "movingPodUID" not in rs["indexRetries"]["2"]
+    assert "movingPodUID" not in rs["indexRetries"]["3"]
     # its replacement is slow too, within the window: flagged, not moved again
     w.run_all()
     at_(w, 44)
-    slow_third(w, 60)
+    slow_last(w, 60)
     assert w.status["replicaStatuses"]["Worker"]["moves"] == 1
-    assert [x for x in w.status["trainingProgress"]["stragglers"] if x["index"] == 2]
+    assert [x for x in w.status["trainingProgress"]["stragglers"] if x["index"] == 3]
     # after the window: moved again, the node not listed twice
-    slow_third(w, 700)
+    slow_last(w, 700)
     rs = w.status["replicaStatuses"]["Worker"]
-    assert rs["moves"] == 2 and rs["indexRetries"]["2"]["avoidNodes"] == ["node-a"]
+    assert rs["moves"] == 2 and rs["indexRetries"]["3"]["avoidNodes"] == ["node-a"]
+    assert rs["indexRetries"]["3"]["moves"] == 2
+    # the index's budget spent: flagged, never moved again
+    w.set_phase("m-worker-3", "Failed", 143)
+    at_(w, 730)
+    w.gone()
+    at_(w, 731)
+    w.run_all()
+    at_(w, 732)
+    for start in (1_400, 2_100, 2_800):
+        slow_last(w, start)
+    rs = w.status["replicaStatuses"]["Worker"]
+    assert rs["moves"] == 2 and rs["indexRetries"]["3"]["moves"] == 2
+    assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [3]
+
+
+def test_a_replica_reporting_nothing_gets_no_peer_moved() -> None:
+    """One of three workers says its compute takes no time (the issue's case): its
+    honest peers are neither flagged nor moved, window after window."""
+    job = make_tfjob("m").worker(3, restart_policy="ExitCode").obj()
+    job["metadata"]["annotations"] = {STRAGGLER_ACTION_ANNOTATION: "move"}
+    w = running(job)
+    for start in (20, 700, 1_400):
+        for n in range(5):
+            w.now = start + 5 * n
+            w.report("m-worker-0", n + 1, {"compute": 0.0})
+            for i in (1, 2):
+                w.report(f"m-worker-{i}", n + 1, {"compute": 0.08 + 0.001 * i})
+            w.reconcile()
+    assert w.status["replicaStatuses"]["Worker"].get("moves", 0) == 0
+    assert w.status["trainingProgress"].get("stragglers", []) == []
 
 
 def test_under_whole_gang_restart_a_move_restarts_the_gang_uncounted() -> None:
     w = running(
-        three(**{STRAGGLER_ACTION_ANNOTATION: "move", "training.kubeflow.org/gang-restart": "true"})
+        four(**{STRAGGLER_ACTION_ANNOTATION: "move", "training.kubeflow.org/gang-restart": "true"})
     )
-    slow_third(w, 20)
+    slow_last(w, 20)
     assert w.status["gangEpoch"] == 1
     rs = w.status["replicaStatuses"]["Worker"]
     assert rs["moves"] == 1 and rs.get("restarts", 0) == 0
-    assert "movingPodUID" not in rs["indexRetries"]["2"]
+    assert "movingPodUID" not in rs["indexRetries"]["3"]
     assert "straggler" in cond(w.status, "Restarting")["message"]
     at_(w, 41)
     assert all(x["metadata"].get("deletionTimestamp") for x in w.pods.values())
     w.gone()
     p = at_(w, 42)
     made = {x["metadata"]["name"]: x for x in p.create_pods}
-    assert sorted(made) == ["m-worker-0", "m-worker-1", "m-worker-2"]
-    assert avoidance(made["m-worker-2"])[0]["values"] == ["node-a"]
+    assert sorted(made) == ["m-worker-0", "m-worker-1", "m-worker-2", "m-worker-3"]
+    assert avoidance(made["m-worker-3"])[0]["values"] == ["node-a"]
     assert "affinity" not in made["m-worker-0"]["spec"]
 
 
 def test_report_only_flags_and_never_moves() -> None:
-    w = running(three())
-    slow_third(w, 20)
-    assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [2]
+    w = running(four())
+    slow_last(w, 20)
+    assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [3]
     assert w.status["replicaStatuses"]["Worker"].get("moves", 0) == 0
     assert at_(w, 41).delete_pods == []
 
@@ -523,19 +555,19 @@ def test_waiting_for_the_gang_to_be_admitted_does_not_count() -> None:
 
 
 def test_no_move_while_a_pod_of_the_job_is_away() -> None:
-    w = running(three(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
+    w = running(four(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
     w.pods["m-worker-0"]["status"]["phase"] = "Pending"  # say, a moved one, unscheduled
-    slow_third(w, 20)
-    assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [2]
+    slow_last(w, 20)
+    assert [x["index"] for x in w.status["trainingProgress"]["stragglers"]] == [3]
     assert w.status["replicaStatuses"]["Worker"].get("moves", 0) == 0
 
 
 def test_a_moved_pod_that_vanishes_is_no_disruption() -> None:
-    w = running(three(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
-    slow_third(w, 20, rounds=4)  # the move is recorded in the last of them
-    assert w.status["replicaStatuses"]["Worker"]["indexRetries"]["2"]["movingPodUID"]
-    del w.pods["m-worker-2"]  # gone before any pass saw it terminating
+    w = running(four(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
+    slow_last(w, 20, rounds=4)  # the move is recorded in the last of them
+    assert w.status["replicaStatuses"]["Worker"]["indexRetries"]["3"]["movingPodUID"]
+    del w.pods["m-worker-3"]  # gone before any pass saw it terminating
     (new,) = at_(w, 41).create_pods
-    assert new["metadata"]["name"] == "m-worker-2" and avoidance(new)
+    assert new["metadata"]["name"] == "m-worker-3" and avoidance(new)
     rs = w.status["replicaStatuses"]["Worker"]
     assert rs.get("disruptions", 0) == 0 and rs.get("restarts", 0) == 0

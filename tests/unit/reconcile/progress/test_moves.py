@@ -7,11 +7,11 @@ import copy
 from typing import Any
 
 from reconcile.api.status_types import IndexRetry, ReplicaStatus, Straggler
-from reconcile.progress.moves import keep_away, moves_due
+from reconcile.progress.moves import MOVES_PER_JOB, keep_away, moves_due
 from tests.builders import at
 
 
-def straggler(index: int = 2, node: str = "n1", uid: str = "u2", peers: int = 2) -> Straggler:
+def straggler(index: int = 2, node: str = "n1", uid: str = "u2", peers: int = 3) -> Straggler:
     return Straggler(
         replica_type="Worker", index=index, pod=f"j-worker-{index}", pod_uid=uid, node=node,
         score=0.3, basis="stepRate", since=at(0), peers=peers,
@@ -24,8 +24,9 @@ def test_due_once_per_window_for_a_running_pod_on_a_known_node() -> None:
     assert moves_due([s], none, {"u2"}, at(100)) == [s]
     assert moves_due([s], none, set(), at(100)) == []  # not running (terminating, gone)
     assert moves_due([straggler(node="")], none, {"u2"}, at(100)) == []
-    # slower than its one peer: which of the two is odd is a coin toss
+    # slower than its one or two peers: which is the odd one is a coin toss, or a lie
     assert moves_due([straggler(peers=1)], none, {"u2"}, at(100)) == []
+    assert moves_due([straggler(peers=2)], none, {"u2"}, at(100)) == []
     moving = {"Worker": ReplicaStatus(index_retries={"2": IndexRetry(moving_pod_uid="u1")})}
     assert moves_due([s], moving, {"u2"}, at(100)) == []
     moved = {"Worker": ReplicaStatus(index_retries={"2": IndexRetry(moved_at=at(100))})}
@@ -75,3 +76,17 @@ def test_the_term_is_added_to_every_required_term_and_only_for_that_index() -> N
             "nodeSelectorTerms": [{"matchFields": [{**away, "values": ["n1"]}]}]
         }
     }
+
+
+def test_moves_have_a_lifetime_budget_per_index_and_per_job() -> None:
+    s = straggler()
+    spent = {"Worker": ReplicaStatus(moves=2, index_retries={"2": IndexRetry(moves=2)})}
+    assert moves_due([s], spent, {"u2"}, at(10_000)) == []
+    once = {"Worker": ReplicaStatus(moves=1, index_retries={"2": IndexRetry(moves=1)})}
+    assert moves_due([s], once, {"u2"}, at(10_000)) == [s]
+    # the job's budget: the types' moves together, and those decided in this pass
+    many = [straggler(index=i, uid=f"u{i}") for i in range(10)]
+    uids = {f"u{i}" for i in range(10)}
+    assert len(moves_due(many, {}, uids, at(100))) == MOVES_PER_JOB
+    busy = {"Worker": ReplicaStatus(moves=4), "PS": ReplicaStatus(moves=1)}
+    assert len(moves_due(many, busy, uids, at(100))) == MOVES_PER_JOB - 5

@@ -135,8 +135,12 @@ def test_the_peers_median_leaves_one_out() -> None:
         for own in values:
             peers = list(values)
             peers.remove(own)
-            want = statistics.median(peers) if peers else None
-            assert _peers_median(values, own) == want
+            assert _peers_median(values, own, slower="high") == (
+                statistics.median_high(peers) if peers else None
+            )
+            assert _peers_median(values, own, slower="low") == (
+                statistics.median_low(peers) if peers else None
+            )
     # a thousand replicas, each against the 999 others
     many = [worker(i, rate=10 + (i % 7)) for i in range(1000)]
     found = find_stragglers([*many, worker(1000, rate=2)], (), 0.75, at(100))
@@ -156,3 +160,22 @@ def test_a_pods_first_report_is_its_warm_up_and_not_scored() -> None:
     # its first interval built the graph (1 step in 5 s), then it kept pace
     started_slowly = steps(2, [0, 1, 51, 101])
     assert flagged([*peers, started_slowly]) == []
+
+
+def test_one_replica_lying_fast_never_gets_an_honest_peer_flagged() -> None:
+    honest = [worker(i, compute=[0.08] * 4) for i in (1, 2)]
+    for lie in (0.0, 1e-9, 0.001, 0.02):  # nothing, below the floor, then merely fast
+        liar = worker(0, compute=[lie] * 4)
+        assert flagged([liar, *honest]) == [], lie
+    # on rates: an inflated rate (or a negative one) is no reference either
+    for lie in (1e12, 1e6, -5.0):
+        rs = [worker(0, rate=lie), worker(1, rate=10), worker(2, rate=10)]
+        assert [i for i, _, _ in flagged(rs)] in ([], [0]), lie
+    # and a real straggler among them is still found, liar or not
+    slow = worker(3, compute=[0.2] * 4)
+    assert [i for i, _, _ in flagged([worker(0, compute=[0.0] * 4), *honest, slow])] == [3]
+
+
+def test_a_replica_that_does_not_step_is_scored_against_those_that_do() -> None:
+    rs = [worker(0, rate=0), worker(1, rate=10), worker(2, rate=10)]
+    assert flagged(rs) == [(0, 0.0, "stepRate")]
