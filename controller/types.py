@@ -405,10 +405,13 @@ class ReportSink(Protocol):
         such path (404)."""
         ...
 
-    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
-        """Before any review, from the token's own unverified claims: a refusal when no
-        pod of that name and UID may report at ``path`` as the caches stand (such a
-        token could never be accepted), else None. Only ever refuses."""
+    def precheck(
+        self, path: str, pod_name: str, pod_uid: str, issued_at: float | None
+    ) -> Reply | None:
+        """Before any review, from the token's own unverified claims (``issued_at``:
+        its ``iat``, epoch seconds): a refusal when no pod of that name and UID may
+        report at ``path`` as the caches stand (such a token could never be accepted),
+        else None. Only ever refuses."""
         ...
 
     def accept(self, path: str, caller: Caller, body: bytes) -> Reply:

@@ -596,6 +596,7 @@ async def run(args: argparse.Namespace) -> int:
         if podgroup_informer is not None:
             podgroup_informer.add_handler(podgroup_handler(expectations, queue))
         if endpoint is not None:
+            endpoint.events = recorder
             job_informer.add_handler(endpoint.namespace_handler())
 
         if args.leader_elect:

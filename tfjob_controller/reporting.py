@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,16 @@ from controller.serving.limits import Budget, KeyedLimiter
 from controller.serving.reports import MAX_CONNECTIONS, MAX_PER_SOURCE, ReportServer
 from controller.serving.tls import FileCertificate
 from controller.serving.tokenreview import TokenReviewer
-from controller.types import JSON, CacheReader, Clock, EventHandler, KeyQueue
+from controller.types import JSON, CacheReader, Clock, EventHandler, EventSink, KeyQueue
 from reconcile.objects.reporting import CA_CONFIGMAP, CA_KEY, DEFAULT_TOKEN_SECONDS, Reporting
+from reconcile.policy.conditions import WARNING
 from reconcile.progress.wire import MAX_BODY_BYTES
 from reconcile.sync.progress import ProgressIntake
 from tfjob_controller.secure_metrics import review_post
 
 DEFAULT_BIND = ":10443"
+#: the Warning on a job whose namespace's CA bundle could not be written
+REASON_CA_REFUSED = "ProgressCABundleRefused"
 DEFAULT_CERT_SECRET = "tfjob-controller-progress-tls"
 DEFAULT_STATUS_INTERVAL = 5.0
 DEFAULT_RATE = 1.0
@@ -164,6 +167,13 @@ class ProgressEndpoint:
     bundle: BundleDistributor
     #: the certificate the controller keeps itself, when none is given
     made: SecretCertificate | None = None
+    #: where a namespace's refused bundle is reported, on the job that wanted it
+    events: EventSink | None = None
+    #: each namespace's last job seen, as an event's object (its reference only)
+    _wanted_by: dict[str, JSON] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.bundle.on_refused = self._refused
 
     @property
     def services(self) -> list[Any]:
@@ -174,9 +184,34 @@ class ProgressEndpoint:
         """For the TFJob informer: a job's namespace gets the CA bundle."""
 
         def on_add(obj: JSON) -> None:
-            self.bundle.want(obj["metadata"].get("namespace", ""))
+            meta = obj["metadata"]
+            namespace = meta.get("namespace", "")
+            ref = {k: meta.get(k) for k in ("name", "namespace", "uid")}
+            self._wanted_by[namespace] = {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "metadata": ref,
+            }
+            self.bundle.want(namespace)
 
-        return EventHandler(on_add=on_add)
+        def on_delete(obj: JSON) -> None:
+            namespace = obj["metadata"].get("namespace", "")
+            held = self._wanted_by.get(namespace)
+            if held is not None and held["metadata"].get("uid") == obj["metadata"].get("uid"):
+                del self._wanted_by[namespace]
+
+        return EventHandler(on_add=on_add, on_delete=on_delete)
+
+    def _refused(self, namespace: str, why: str) -> None:
+        job = self._wanted_by.get(namespace)
+        if job is None or self.events is None:
+            return
+        message = (
+            f"The CA bundle ConfigMap {CA_CONFIGMAP} in namespace {namespace} could not be"
+            f" written ({why[:300]}): pods here cannot verify the progress endpoint, and"
+            " their reports fail until it is deleted or fixed."
+        )
+        self.events.event(job, WARNING, REASON_CA_REFUSED, message)
 
 
 async def progress_endpoint(

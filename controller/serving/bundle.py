@@ -9,14 +9,20 @@ bundle changes (``set_bundle``: a rotated CA), every namespace it was written to
 written again. The kubelet refreshes projected ConfigMaps in running pods within about
 a minute, so a rotation reaches pods that are already running.
 
-A namespace that is terminating, or that refuses the write (403), is given up until it
-is wanted again; other failures are retried with a backoff of a second doubling to a
-minute. Nothing here is ever deleted: the ConfigMap goes with its namespace.
+A namespace that holds the bundle is looked at again when it is wanted again (a new
+job there) and ``recheck_after`` has passed since it was last looked at: a tenant who
+replaced or deleted the ConfigMap has it repaired by their next job.
+
+A namespace that is terminating, that refuses the write (403), or whose ConfigMap
+cannot take it (422: one made ``immutable`` by someone else) is given up until it is
+wanted again, and ``on_refused(namespace, why)`` is told (the job gets a Warning);
+other failures are retried with a backoff of a second doubling to a minute. Nothing
+here is ever deleted: the ConfigMap goes with its namespace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -29,6 +35,8 @@ from controller.types import JSON
 log = structlog.get_logger("controller.serving.bundle")
 
 RETRY_MIN, RETRY_MAX = 1.0, 60.0
+#: a namespace holding the bundle is looked at again no more often than this
+RECHECK_SECONDS = 60.0
 
 
 class ConfigMaps(Protocol):
@@ -41,9 +49,20 @@ class ConfigMaps(Protocol):
 
 class BundleDistributor:
     def __init__(
-        self, configmaps: ConfigMaps, name: str, key: str, bundle: str, *, labels: Mapping[str, str]
+        self,
+        configmaps: ConfigMaps,
+        name: str,
+        key: str,
+        bundle: str,
+        *,
+        labels: Mapping[str, str],
+        recheck_after: float = RECHECK_SECONDS,
+        on_refused: Callable[[str, str], None] | None = None,
     ) -> None:
         self._client = configmaps
+        self.recheck_after = recheck_after
+        self.on_refused = on_refused
+        self._checked: dict[str, float] = {}  # namespace -> when it last held the bundle
         self.name = name
         self.key = key
         self._bundle = bundle
@@ -60,9 +79,15 @@ class BundleDistributor:
         return self._bundle
 
     def want(self, namespace: str) -> None:
-        if namespace and namespace not in self._done and namespace not in self._wanted:
-            self._wanted.add(namespace)
-            self._wake.set()
+        if not namespace or namespace in self._wanted:
+            return
+        if namespace in self._done:
+            checked = self._checked.get(namespace)
+            if checked is not None and anyio.current_time() - checked < self.recheck_after:
+                return
+            self._done.discard(namespace)
+        self._wanted.add(namespace)
+        self._wake.set()
 
     def set_bundle(self, bundle: str) -> None:
         if bundle == self._bundle:
@@ -97,8 +122,13 @@ class BundleDistributor:
         try:
             await self._write(namespace, bundle)
         except errors.ApiError as e:
-            if isinstance(e, errors.Forbidden) or errors.is_namespace_terminating(e):
+            if errors.is_namespace_terminating(e):
+                return
+            if isinstance(e, (errors.Forbidden, errors.Invalid)):
                 log.warning("CA bundle not written", namespace=namespace, error=str(e))
+                self._retry.pop(namespace, None)
+                if self.on_refused is not None:
+                    self.on_refused(namespace, str(e))
                 return
             delay = self._retry.get(namespace, RETRY_MIN)
             self._retry[namespace] = min(RETRY_MAX, delay * 2)
@@ -108,6 +138,7 @@ class BundleDistributor:
         self._retry.pop(namespace, None)
         if bundle == self._bundle:
             self._done.add(namespace)
+            self._checked[namespace] = anyio.current_time()
         else:
             self._wanted.add(namespace)  # rotated meanwhile
 

@@ -295,10 +295,10 @@ class ReportServer:
         if why is not None or claims is None:
             self._reviewer.counts["local"] += 1
             return UNAUTHORIZED
-        early = self._sink.precheck(request.path, claims.pod_name, claims.pod_uid)
+        early = self._sink.precheck(request.path, claims.pod_name, claims.pod_uid, claims.issued_at)
         if early is not None:
             self._reviewer.counts["local"] += 1
-            return UNAUTHORIZED if early.status in (401, 403) else early
+            return UNAUTHORIZED if early.status == 401 else early
         try:
             verdict = await self._reviewer.review(token, audience)
         except ReviewUnavailable as e:

@@ -167,6 +167,7 @@ class Claims:
     not_before: float | None
     pod_name: str
     pod_uid: str
+    issued_at: float | None = None
 
 
 def unverified_claims(token: str) -> Claims | None:
@@ -196,6 +197,7 @@ def unverified_claims(token: str) -> Claims | None:
         not_before=_number(claims.get("nbf")),
         pod_name=str(pod.get("name") or ""),
         pod_uid=str(pod.get("uid") or ""),
+        issued_at=_number(claims.get("iat")),
     )
 
 

@@ -46,6 +46,9 @@ _SA_PREFIX = "system:serviceaccount:"
 #: reports of one job arriving together (its replicas report on the same epoch) share
 #: the pass that shows them
 GATHER_SECONDS = 0.2
+#: a token issued this long ago names a pod our cache would hold by now: one it does not
+#: hold is gone, not ahead of the cache (a token is issued after its pod is bound)
+UNCACHED_GRACE_SECONDS = 5.0
 #: how much of the server's reason for a deaf window a job's condition repeats
 MAX_WHY = 200
 
@@ -86,19 +89,22 @@ class ProgressIntake:
         job = self._jobs.get(ns, name)
         return (ns, name, job) if job is not None else Reply(404, f"no TFJob {ns}/{name}")
 
-    def precheck(self, path: str, pod_name: str, pod_uid: str) -> Reply | None:
+    def precheck(
+        self, path: str, pod_name: str, pod_uid: str, issued_at: float | None
+    ) -> Reply | None:
         found = self._job(path)
         if isinstance(found, Reply):
             return found
         ns, _, job = found
         pod = self._pods.get(ns, pod_name)
-        if pod is None:
+        fresh = issued_at is None or issued_at + UNCACHED_GRACE_SECONDS > self._now().timestamp()
+        if pod is None and fresh:
             # a pod we just made may be ahead of our cache: the client comes back
             return Reply(503, "the pod is not known yet", retry_after=1.0)
         who = reporter_of(
             job, pod, pod_name=pod_name, pod_uid=pod_uid, service_account_namespace=ns
         )
-        return Reply(401, "unauthorized") if isinstance(who, Refusal) else None
+        return Reply(who.status, who.message) if isinstance(who, Refusal) else None
 
     def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
         found = self._job(path)

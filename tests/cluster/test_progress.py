@@ -147,7 +147,8 @@ def test_tokens_the_apiserver_does_not_accept_are_refused(
         assert r.post(path(namespace, "mnist"), "not-a-token", body)[0] == 401
         expired = resigned(cluster, mint(kube, namespace, pods[0], aud), exp_in=-60)
         status, _, doc = r.post(path(namespace, "mnist"), expired, body)
-        assert status == 401 and "expired" in doc["error"], doc
+        # refused unreviewed (its own exp says so), and the body says only that
+        assert (status, doc["error"]) == (401, "unauthorized"), doc
         # a token used before its pod was deleted: the pod is gone from the cache
         used = mint(kube, namespace, pods[0], aud)
         assert r.post(path(namespace, "mnist"), used, body)[0] == 204
@@ -157,15 +158,16 @@ def test_tokens_the_apiserver_does_not_accept_are_refused(
             kube.delete_pod(namespace, p["metadata"]["name"], grace=0)
         wait_for(
             lambda: all(
-                (x := kube.pod(namespace, p["metadata"]["name"])) is None
-                or x["metadata"]["uid"] != p["metadata"]["uid"]
+                (x := kube.pod(namespace, p["metadata"]["name"])) is not None
+                and x["metadata"]["uid"] != p["metadata"]["uid"]
                 for p in pods
             ),
             30,
-            "both pods gone",
+            "both pods replaced",
         )
+        # its pod's name is another pod's now: refused before any review
         status, _, doc = r.post(path(namespace, "mnist"), fresh, body)
-        assert status == 401, doc
+        assert status == 403 and "gone" in doc["error"], doc
         status, _, doc = r.post(path(namespace, "mnist"), used, body)
         assert status == 403 and "gone" in doc["error"], doc
         # no such job
@@ -300,3 +302,32 @@ def resigned(cluster: Cluster, token: str, *, exp_in: int) -> str:
     signed = f"{head}.{body}".encode()
     sig = key.sign(signed, padding.PKCS1v15(), hashes.SHA256())  # type: ignore[union-attr,call-arg]
     return f"{head}.{body}." + base64.urlsafe_b64encode(sig).rstrip(b"=").decode()
+
+
+def test_an_immutable_ca_configmap_someone_else_made_is_reported_on_the_job(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """A tenant's own immutable tfjob-progress-ca: the apiserver refuses every patch
+    (422), so the controller says so on the job, once, instead of retrying for ever."""
+    kube.req(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "tfjob-progress-ca"},
+            "data": {"ca.crt": "not our CA"},
+            "immutable": True,
+        },
+    )
+    kube.create_tfjob(namespace, job("squatted", 1))
+    warned = wait_for(
+        lambda: [e for e in kube.events(namespace) if e["reason"] == "ProgressCABundleRefused"],
+        30,
+        "the ProgressCABundleRefused event",
+    )
+    (event,) = warned
+    assert event["type"] == "Warning" and event["involvedObject"]["name"] == "squatted"
+    assert "immutable" in event["message"] and event.get("count", 1) == 1, event
+    cm = kube.req("GET", f"/api/v1/namespaces/{namespace}/configmaps/tfjob-progress-ca")
+    assert cm["data"]["ca.crt"] == "not our CA"

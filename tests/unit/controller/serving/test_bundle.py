@@ -17,6 +17,7 @@ class ConfigMaps:
         self.objects: dict[tuple[str, str], JSON] = {}
         self.log: list[tuple[str, str]] = []
         self.refuse: dict[str, Exception] = {}
+        self.immutable: set[str] = set()
         self.changed = anyio.Event()
 
     async def get(self, namespace: str, name: str) -> JSON | None:
@@ -29,6 +30,10 @@ class ConfigMaps:
         return self._done("create", namespace)
 
     async def patch(self, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+        if namespace in self.immutable:
+            self.log.append(("refused", namespace))
+            self.changed.set()
+            raise errors.error_from_status(422, {"message": "field is immutable"})
         self.objects[(namespace, name)] = {**self.objects[(namespace, name)], **body}
         return self._done("patch", namespace)
 
@@ -82,4 +87,56 @@ async def test_a_refusing_namespace_is_given_up_and_a_failing_one_retried() -> N
         await until(cm, 2)  # retried after its backoff
         assert sorted(cm.log) == [("create", "flaky"), ("create", "ok")]
         assert not d.holds("gone")
+        tg.cancel_scope.cancel()
+
+
+async def test_a_tampered_or_deleted_bundle_is_repaired_when_a_job_is_seen_again() -> None:
+    cm = ConfigMaps()
+    d = BundleDistributor(cm, "ca", "ca.crt", "CA", labels={}, recheck_after=0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(d.run)
+        d.want("a")
+        await until(cm, 1)
+        cm.objects[("a", "ca")]["data"] = {"ca.crt": "a tenant's own"}
+        d.want("a")  # the namespace's next job
+        await until(cm, 2)
+        assert cm.log[-1] == ("patch", "a") and cm.objects[("a", "ca")]["data"]["ca.crt"] == "CA"
+        del cm.objects[("a", "ca")]
+        d.want("a")
+        await until(cm, 3)
+        assert cm.log[-1] == ("create", "a") and d.holds("a")
+        tg.cancel_scope.cancel()
+
+
+async def test_a_namespace_is_looked_at_again_only_after_the_recheck_time() -> None:
+    cm = ConfigMaps()
+    d = BundleDistributor(cm, "ca", "ca.crt", "CA", labels={}, recheck_after=3600)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(d.run)
+        d.want("a")
+        await until(cm, 1)
+        cm.objects[("a", "ca")]["data"] = {"ca.crt": "a tenant's own"}
+        for _ in range(100):  # a burst of jobs costs nothing
+            d.want("a")
+        assert d.holds("a") and not d._wanted
+        tg.cancel_scope.cancel()
+
+
+async def test_an_immutable_squatter_is_reported_not_retried_for_ever() -> None:
+    cm = ConfigMaps()
+    cm.objects[("t", "ca")] = {"data": {"ca.crt": "theirs"}, "immutable": True}
+    cm.immutable.add("t")
+    told: list[tuple[str, str]] = []
+    d = BundleDistributor(
+        cm, "ca", "ca.crt", "CA", labels={}, on_refused=lambda ns, why: told.append((ns, why))
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(d.run)
+        d.want("t")
+        await until(cm, 1)
+        assert told == [("t", "422: field is immutable")]
+        assert not d.holds("t") and "t" not in d._due and "t" not in d._wanted
+        d.want("t")  # the namespace's next job: tried, and reported, once more
+        await until(cm, 2)
+        assert [ns for ns, _ in told] == ["t", "t"] and "t" not in d._due
         tg.cancel_scope.cancel()

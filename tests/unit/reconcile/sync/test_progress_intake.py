@@ -111,15 +111,19 @@ def test_a_job_waiting_for_its_slot_is_not_looked_at_before_it() -> None:
 def test_the_precheck_refuses_unreviewed_what_no_review_could_make_good() -> None:
     i, queue, _ = intake()
     name = POD["metadata"]["name"]
-    assert i.precheck(PATH, name, "pod-1") is None
-    # another UID under the name: the pod is gone; a name of no pod of the job
-    for pod_name, uid in ((name, "old-uid"), ("mnist-worker-0", "x")):
-        got = i.precheck(PATH, pod_name, uid)
-        if pod_name == name:
-            assert got is not None and (got.status, got.message) == (401, "unauthorized")
-        else:  # not cached: maybe ahead of the cache, so come back
-            assert got is not None and (got.status, got.retry_after) == (503, 1.0)
-    got = i.precheck(progress_path("ns", "other"), name, "pod-1")
+    now = i._now().timestamp()
+    assert i.precheck(PATH, name, "pod-1", now) is None
+    # another UID under the name: the pod is gone
+    got = i.precheck(PATH, name, "old-uid", now)
+    assert got is not None and got.status == 403 and "is gone" in got.message
+    # a name of no cached pod, in a token just issued: maybe ahead of the cache
+    for issued in (now, now - 4, None):
+        got = i.precheck(PATH, "mnist-worker-0", "x", issued)
+        assert got is not None and (got.status, got.retry_after) == (503, 1.0)
+    # issued a while ago: the cache would hold its pod by now; it is gone
+    got = i.precheck(PATH, "mnist-worker-0", "x", now - 6)
+    assert got is not None and got.status == 403 and "or is gone" in got.message
+    got = i.precheck(progress_path("ns", "other"), name, "pod-1", now)
     assert got is not None and got.status == 404
     assert queue.added == []  # nothing of it schedules a pass
 
