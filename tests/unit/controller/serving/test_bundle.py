@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -90,14 +91,22 @@ async def test_a_refusing_namespace_is_given_up_and_a_failing_one_retried() -> N
         tg.cancel_scope.cancel()
 
 
-async def test_a_tampered_or_deleted_bundle_is_repaired_when_a_job_is_seen_again() -> None:
+@asynccontextmanager
+async def tampered(recheck_after: float) -> AsyncIterator[tuple[ConfigMaps, BundleDistributor]]:
+    """Namespace a holds the bundle, then a tenant replaces it."""
     cm = ConfigMaps()
-    d = BundleDistributor(cm, "ca", "ca.crt", "CA", labels={}, recheck_after=0)
+    d = BundleDistributor(cm, "ca", "ca.crt", "CA", labels={}, recheck_after=recheck_after)
     async with anyio.create_task_group() as tg:
         tg.start_soon(d.run)
         d.want("a")
         await until(cm, 1)
         cm.objects[("a", "ca")]["data"] = {"ca.crt": "a tenant's own"}
+        yield cm, d
+        tg.cancel_scope.cancel()
+
+
+async def test_a_tampered_or_deleted_bundle_is_repaired_when_a_job_is_seen_again() -> None:
+    async with tampered(recheck_after=0) as (cm, d):
         d.want("a")  # the namespace's next job
         await until(cm, 2)
         assert cm.log[-1] == ("patch", "a") and cm.objects[("a", "ca")]["data"]["ca.crt"] == "CA"
@@ -105,21 +114,13 @@ async def test_a_tampered_or_deleted_bundle_is_repaired_when_a_job_is_seen_again
         d.want("a")
         await until(cm, 3)
         assert cm.log[-1] == ("create", "a") and d.holds("a")
-        tg.cancel_scope.cancel()
 
 
 async def test_a_namespace_is_looked_at_again_only_after_the_recheck_time() -> None:
-    cm = ConfigMaps()
-    d = BundleDistributor(cm, "ca", "ca.crt", "CA", labels={}, recheck_after=3600)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(d.run)
-        d.want("a")
-        await until(cm, 1)
-        cm.objects[("a", "ca")]["data"] = {"ca.crt": "a tenant's own"}
+    async with tampered(recheck_after=3600) as (_, d):
         for _ in range(100):  # a burst of jobs costs nothing
             d.want("a")
         assert d.holds("a") and not d._wanted
-        tg.cancel_scope.cancel()
 
 
 async def test_an_immutable_squatter_is_reported_not_retried_for_ever() -> None:
