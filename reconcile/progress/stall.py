@@ -35,7 +35,6 @@ from reconcile.progress.summary import human_duration
 
 #: replicas a stall's message names, those stopped longest first
 NAMED = 8
-REASON_UNHEARD = cond.REASON_PROGRESS_UNHEARD
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +124,11 @@ def _unheard(
         " the deadline counts again from then."
     )
     return Stall(
-        False, REASON_UNHEARD, due_in=(deaf_due - at).total_seconds(), message=message, unheard=True
+        False,
+        cond.REASON_PROGRESS_UNHEARD,
+        due_in=(deaf_due - at).total_seconds(),
+        message=message,
+        unheard=True,
     )
 
 

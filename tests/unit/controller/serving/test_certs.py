@@ -156,7 +156,7 @@ async def test_a_planted_link_is_never_written_through(tmp_path: Path) -> None:
     work.mkdir()
     for name in (".tls.key.tmp", "tls.key"):
         (work / name).symlink_to(victim)
-    old = os.umask(0)  # the mode is the file's from the start, whatever the umask
+    old = os.umask(0o077)  # the mode is the file's own, whatever the umask
     try:
         await made(secrets, work).sync()
     finally:
@@ -165,3 +165,4 @@ async def test_a_planted_link_is_never_written_through(tmp_path: Path) -> None:
     key = work / "tls.key"
     assert not key.is_symlink() and b"PRIVATE KEY" in key.read_bytes()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE((work / "tls.crt").stat().st_mode) == 0o644

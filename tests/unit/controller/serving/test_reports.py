@@ -64,6 +64,7 @@ class Sink:
     def __init__(self) -> None:
         self.got: list[tuple[str, Caller, bytes]] = []
         self.deaf: list[tuple[datetime, str]] = []
+        self.told = anyio.Event()
         self.fail = False
 
     def audience(self, path: str) -> str | None:
@@ -86,6 +87,7 @@ class Sink:
 
     def unheard(self, at: datetime, why: str) -> None:
         self.deaf.append((at, why))
+        self.told.set()
 
 
 class Reviews:
@@ -451,3 +453,19 @@ async def test_full_slots_and_failed_reviews_mark_the_endpoint_degraded(pki: Pat
         whys = [why for _, why in env.sink.deaf]
         assert any("slot" in w for w in whys) and "review" in whys[-1]
         assert env.sink.deaf[-1][0] == env.server.degraded_at
+
+
+async def test_a_full_window_is_marked_again_at_its_end(pki: Path) -> None:
+    async with running(pki, max_connections=1) as env:
+        async with env.connect() as a:
+            await a.send(request())
+            assert (await answer(a))[0] == 204
+            began = env.server.degraded_at
+            assert began is not None  # the one slot taken
+        # a's slot given back: the window's end is marked then, before any new accept
+        with anyio.fail_after(5):
+            while env.server.degraded_at == began:
+                env.sink.told = anyio.Event()
+                await env.sink.told.wait()
+        assert env.server.connections == 0
+        assert env.server.degraded_at is not None and env.server.degraded_at > began

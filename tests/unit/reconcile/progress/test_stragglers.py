@@ -179,3 +179,14 @@ def test_one_replica_lying_fast_never_gets_an_honest_peer_flagged() -> None:
 def test_a_replica_that_does_not_step_is_scored_against_those_that_do() -> None:
     rs = [worker(0, rate=0), worker(1, rate=10), worker(2, rate=10)]
     assert flagged(rs) == [(0, 0.0, "stepRate")]
+
+
+def test_figures_no_real_step_shows_are_no_ones_reference() -> None:
+    # two liars below the floor would otherwise be the honest pair's middle peers
+    honest = [worker(i, compute=[0.08] * 4) for i in (2, 3)]
+    liars = [worker(i, compute=[1e-9] * 4) for i in (0, 1)]
+    assert flagged([*liars, *honest]) == []
+    # two replicas that do not step: the one that is slow is still measured on the others
+    rs = [worker(0, rate=0), worker(1, rate=0), worker(2, rate=5)]
+    rs += [worker(3, rate=10), worker(4, rate=10)]
+    assert [i for i, _, _ in flagged(rs)] == [0, 1, 2]
