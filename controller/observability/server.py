@@ -386,39 +386,34 @@ async def accept_loop(
     listener: anyio.abc.SocketListener,
     slots: anyio.Semaphore,
     handle: Callable[[SocketStream], object],
-    degraded: Callable[[str], object] | None = None,
 ) -> None:
     """Accept connections for ever, each after taking one of ``slots`` (released by
-    whoever ``handle`` starts, when the connection ends). ``degraded(why)`` is told
-    when a connection may have to wait: every slot taken (when that is found and again
-    when a slot frees, so the window's end is known), or an accept failed."""
+    whoever ``handle`` starts, when the connection ends)."""
     backoff = 0.0
     while True:
         # At the cap, connections wait in the backlog rather than take descriptors.
-        full = degraded is not None and slots.value == 0
-        if full and degraded is not None:
-            degraded("every connection slot is taken")
         await slots.acquire()
-        if full and degraded is not None:
-            degraded("every connection slot is taken")
         try:
             stream = await listener.accept()
         except OSError as exc:
-            if degraded is not None:
-                degraded(f"accept failed: {exc}")
             slots.release()
-            # Out of descriptors or buffers, or a connection reset before we took
-            # it: a later accept may succeed, and the listening socket stays
-            # readable meanwhile, so retrying at once would spin.
-            backoff = min(max(backoff * 2, ACCEPT_BACKOFF_MIN), ACCEPT_BACKOFF_MAX)
-            log.warning("accept failed, retrying", error=str(exc), retry_in=backoff)
-            await anyio.sleep(backoff)
+            backoff = await accept_failed(exc, backoff)
             continue
         except BaseException:
             slots.release()
             raise
         backoff = 0.0
         handle(stream)
+
+
+async def accept_failed(exc: OSError, backoff: float) -> float:
+    """Wait after a failed accept; the next backoff. Out of descriptors or buffers, or
+    a connection reset before we took it: a later accept may succeed, and the listening
+    socket stays readable meanwhile, so retrying at once would spin."""
+    backoff = min(max(backoff * 2, ACCEPT_BACKOFF_MIN), ACCEPT_BACKOFF_MAX)
+    log.warning("accept failed, retrying", error=str(exc), retry_in=backoff)
+    await anyio.sleep(backoff)
+    return backoff
 
 
 async def listen_sockets(

@@ -33,20 +33,26 @@ Nobody without a pod's token may hold what reporters need:
   ``first_timeout`` for each request head;
 - one source address holds at most ``max_per_source`` connections; more are closed at
   accept;
+- when every slot is taken, a new connection takes the slot of the oldest one that has
+  had no report accepted and has no request in hand (an anonymous client holding slots
+  only makes room for the next comer), and waits only when every slot holds an
+  accepted reporter or a request being answered;
 - ``degraded_at`` is the last time a reporter may have gone unheard for the server's
-  own sake (every slot taken, an accept failed, a review could not be had): the stall
+  own sake (a connection waiting for a slot, an accept failed, a review could not be
+  had): the stall
   deadline does not count a window that holds it (reconcile.progress.stall).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import ssl
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 
 import anyio
 import anyio.abc
@@ -57,7 +63,7 @@ from anyio.streams.tls import TLSStream
 
 from controller.observability.addresses import parse_address
 from controller.observability.prometheus import Counter, Registry, Sample
-from controller.observability.server import accept_loop, listen_sockets
+from controller.observability.server import accept_failed, listen_sockets
 from controller.serving.access import bearer
 from controller.serving.limits import KeyedLimiter
 from controller.serving.tokenreview import TokenReviewer, implausible, unverified_claims
@@ -173,6 +179,9 @@ class ReportServer:
         self.degraded_at: datetime | None = None
         self.degraded_reason = ""
         self._per_source: dict[str, int] = {}
+        #: connections that may be closed to make room, oldest first
+        self._evictable: OrderedDict[int, anyio.CancelScope] = OrderedDict()
+        self._keys = itertools.count()
         requests = Counter(
             f"{metric_prefix}_requests_total",
             "Reports received, by the status code they were answered with.",
@@ -197,6 +206,12 @@ class ReportServer:
             "Connections closed at accept: their source address held its share already.",
             registry=registry,
         )
+        self._evicted = Counter(
+            f"{metric_prefix}_connections_evicted_total",
+            "Connections closed to make room at the cap: the oldest that had no report"
+            " accepted and no request in hand.",
+            registry=registry,
+        )
         self.connections = 0
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -214,9 +229,7 @@ class ReportServer:
         try:
             async with anyio.create_task_group() as tg:
                 for one in listeners:
-                    tg.start_soon(
-                        accept_loop, one, slots, partial(self._start, tg, slots), self.degraded
-                    )
+                    tg.start_soon(self._accept, one, slots, tg)
                 task_status.started()
         finally:
             for one in listeners:
@@ -233,16 +246,50 @@ class ReportServer:
         except Exception:
             log.exception("report sink failed to take a degraded window")
 
-    def _start(self, tg: TaskGroup, slots: anyio.Semaphore, stream: SocketStream) -> None:
-        source = _source(stream)
-        held = self._per_source.get(source, 0)
-        if self.max_per_source and held >= self.max_per_source:
-            self._over_source.inc()
-            slots.release()
-            tg.start_soon(_abort, stream)
+    async def _accept(
+        self, listener: anyio.abc.SocketListener, slots: anyio.Semaphore, tg: TaskGroup
+    ) -> None:
+        backoff = 0.0
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                self.degraded(f"accept failed: {exc}")
+                backoff = await accept_failed(exc, backoff)
+                continue
+            backoff = 0.0
+            source = _source(stream)
+            if self.max_per_source and self._per_source.get(source, 0) >= self.max_per_source:
+                self._over_source.inc()
+                tg.start_soon(_abort, stream)
+                continue
+            try:
+                await self._slot(slots)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                raise
+            self._per_source[source] = self._per_source.get(source, 0) + 1
+            tg.start_soon(self._connection, stream, slots, source)
+
+    async def _slot(self, slots: anyio.Semaphore) -> None:
+        """Take a slot for a connection accepted and waiting: at once, or from the
+        oldest evictable connection, or when one ends (a window in which reporters
+        may go unheard, marked as it opens and as it closes)."""
+        try:
+            slots.acquire_nowait()
             return
-        self._per_source[source] = held + 1
-        tg.start_soon(self._connection, stream, slots, source)
+        except anyio.WouldBlock:
+            pass
+        if self._evictable:
+            _, scope = self._evictable.popitem(last=False)
+            scope.cancel()
+            self._evicted.inc()
+            await slots.acquire()  # given back as the evicted connection unwinds
+            return
+        self.degraded("every connection slot is taken")
+        await slots.acquire()
+        self.degraded("every connection slot is taken")
 
     def _release(self, slots: anyio.Semaphore, source: str) -> None:
         self.connections -= 1
@@ -257,25 +304,39 @@ class ReportServer:
         self, raw: anyio.abc.SocketStream, slots: anyio.Semaphore, source: str
     ) -> None:
         self.connections += 1
+        key = next(self._keys)
         try:
-            with anyio.fail_after(HANDSHAKE_TIMEOUT):
-                stream = await TLSStream.wrap(
-                    raw, server_side=True, ssl_context=self._tls(), standard_compatible=False
-                )
-        except BaseException as e:
-            self._release(slots, source)
-            with anyio.CancelScope(shield=True):
-                await raw.aclose()
-            if not isinstance(e, Exception):
-                raise
-            return
-        try:
-            async with stream:
-                await _Conversation(self, stream).run()
+            with anyio.CancelScope() as scope:
+                self._evictable[key] = scope
+                try:
+                    with anyio.fail_after(HANDSHAKE_TIMEOUT):
+                        stream = await TLSStream.wrap(
+                            raw,
+                            server_side=True,
+                            ssl_context=self._tls(),
+                            standard_compatible=False,
+                        )
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await raw.aclose()
+                    raise
+                async with stream:
+                    await _Conversation(self, stream, key, scope).run()
         except Exception as e:
             log.debug("report connection ended", error=f"{type(e).__name__}: {e}")
         finally:
+            self._evictable.pop(key, None)
             self._release(slots, source)
+
+    def _waiting(self, key: int, scope: anyio.CancelScope) -> None:
+        """The connection waits for a request and has no report accepted: evictable,
+        as the newest."""
+        self._evictable[key] = scope
+        self._evictable.move_to_end(key)
+
+    def _working(self, key: int) -> None:
+        """A request read whole, being answered; or the connection accepted."""
+        self._evictable.pop(key, None)
 
     def count(self, status: int) -> None:
         self._by_code.get(status, self._other).inc()
@@ -320,14 +381,23 @@ class ReportServer:
 class _Conversation:
     """One connection's requests, one after the other."""
 
-    def __init__(self, server: ReportServer, stream: anyio.abc.ByteStream) -> None:
+    def __init__(
+        self,
+        server: ReportServer,
+        stream: anyio.abc.ByteStream,
+        key: int,
+        scope: anyio.CancelScope,
+    ) -> None:
         self.server = server
         self.stream = stream
         self.buf = b""
+        self.key, self.scope = key, scope
 
     async def run(self) -> None:
         accepted = False  # a report was taken on this connection
         while True:
+            if not accepted:
+                self.server._waiting(self.key, self.scope)
             wait = self.server.idle_timeout if accepted else self.server.first_timeout
             try:
                 with anyio.fail_after(wait):
@@ -339,6 +409,7 @@ class _Conversation:
             except _Refused as r:
                 await self._send(r.reply)
                 return
+            self.server._working(self.key)
             reply = await self.server.answer(request, body)
             accepted = accepted or reply.status == 204
             close = (

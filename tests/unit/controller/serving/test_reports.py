@@ -116,6 +116,7 @@ class Env:
     def __init__(self, server: ReportServer, sink: Sink, reviews: Reviews, ctx: ssl.SSLContext):
         self.server, self.sink, self.reviews, self.ctx = server, sink, reviews, ctx
         self.leading = True
+        self.registry = Registry()
 
     @asynccontextmanager
     async def connect(self, tls: bool = True) -> AsyncIterator[ByteStream]:
@@ -137,6 +138,7 @@ async def running(pki: Path, **kw: Any) -> AsyncIterator[Env]:
     clock = SystemClock()
     sink, reviews = Sink(), Reviews()
     cert = FileCertificate(pki / "apiserver.crt", pki / "apiserver.key", clock)
+    registry = Registry()
     env: Env
     server = ReportServer(
         address="127.0.0.1:0",
@@ -145,11 +147,12 @@ async def running(pki: Path, **kw: Any) -> AsyncIterator[Env]:
         reviewer=TokenReviewer(reviews.post, clock),
         limiter=KeyedLimiter(clock, rate=kw.pop("rate", 100.0), burst=kw.pop("burst", 100)),
         leading=lambda: env.leading,
-        registry=Registry(),
+        registry=registry,
         **kw,
     )
     ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
     env = Env(server, sink, reviews, ctx)
+    env.registry = registry
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         yield env
@@ -436,12 +439,16 @@ async def test_a_source_holds_at_most_its_share_of_connections(pki: Path) -> Non
 
 async def test_full_slots_and_failed_reviews_mark_the_endpoint_degraded(pki: Path) -> None:
     async with running(pki, max_connections=2) as env:
-        assert env.server.degraded_at is None
         async with env.connect() as a, env.connect() as b:
             await a.send(request())
             await b.send(request(token="good-2"))
             assert (await answer(a))[0] == 204 and (await answer(b))[0] == 204
-            # the accept loop says so as it takes the last slot, before b is answered
+            # full of accepted reporters, but nobody waits: not degraded
+            assert env.server.degraded_at is None
+            # a third comer finds nobody to make room: it waits, and that is said
+            async with env.connect(tls=False):
+                with anyio.fail_after(5):
+                    await env.sink.told.wait()
             assert env.server.degraded_at is not None
             assert "slot" in env.server.degraded_reason
         env.server.degraded_at = None
@@ -460,12 +467,40 @@ async def test_a_full_window_is_marked_again_at_its_end(pki: Path) -> None:
         async with env.connect() as a:
             await a.send(request())
             assert (await answer(a))[0] == 204
-            began = env.server.degraded_at
-            assert began is not None  # the one slot taken
-        # a's slot given back: the window's end is marked then, before any new accept
-        with anyio.fail_after(5):
-            while env.server.degraded_at == began:
+            async with env.connect(tls=False):
+                with anyio.fail_after(5):
+                    await env.sink.told.wait()
+                began = env.server.degraded_at
+                assert began is not None  # b waits for a's slot
                 env.sink.told = anyio.Event()
-                await env.sink.told.wait()
-        assert env.server.connections == 0
-        assert env.server.degraded_at is not None and env.server.degraded_at > began
+                await a.aclose()
+                # a's slot given back to b: the window's end is marked then
+                with anyio.fail_after(5):
+                    await env.sink.told.wait()
+                assert env.server.degraded_at is not None and env.server.degraded_at > began
+
+
+async def test_at_the_cap_the_oldest_anonymous_connection_makes_room(pki: Path) -> None:
+    # one client held every slot with connections that never reported; a new job's
+    # pods then could not get a report through and were failed as stalled
+    async with running(pki, max_connections=3, first_timeout=30) as env:
+        async with contextlib.AsyncExitStack() as stack:
+            reporter = await stack.enter_async_context(env.connect())
+            await reporter.send(request())
+            assert (await answer(reporter))[0] == 204
+            idle = [await stack.enter_async_context(env.connect(tls=False)) for _ in range(2)]
+            for i in range(2):
+                newcomer = await stack.enter_async_context(env.connect())
+                await newcomer.send(request(token=f"good-new-{i}"))
+                assert (await answer(newcomer))[0] == 204
+                assert await closed(idle[i], within=1.0)  # the oldest first
+            # the accepted reporter kept its connection through it all
+            await reporter.send(request())
+            assert (await answer(reporter))[0] == 204
+            assert env.registry.sample("reports_connections_evicted_total") == 2
+            assert env.server.degraded_at is None
+            # every slot now holds an accepted reporter: the next comer waits, said so
+            async with env.connect(tls=False):
+                with anyio.fail_after(5):
+                    await env.sink.told.wait()
+            assert "slot" in env.server.degraded_reason
