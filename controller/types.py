@@ -28,6 +28,8 @@ CONTROLLER_UID_INDEX = "controller-uid"
 #: The cache index of objects by "namespace/name" of their controller ownerReference:
 #: finds the children of an owner that is gone from the cache, whatever its UID was.
 CONTROLLER_NAME_INDEX = "controller-name"
+#: The cache index of objects by their namespace ("" for a cluster-scoped object).
+NAMESPACE_INDEX = "namespace"
 
 #: A Kubernetes object as decoded JSON. Objects handed out by a cache are shared:
 #: callers MUST NOT mutate them.

@@ -71,7 +71,7 @@ from reconcile.policy.restart import BackoffPolicy
 from reconcile.sync.handlers import job_handler, pod_handler, podgroup_handler, service_handler
 from reconcile.sync.metrics import JobMetrics
 from reconcile.sync.pacing import MAX_STATUS_PACE, STATUS_PACE_SECONDS
-from reconcile.sync.slim import slim_pod, slim_service
+from reconcile.sync.slim import slim_node, slim_pod, slim_service
 from reconcile.sync.tfjob import (
     DEFAULT_FAILED_CREATE_GRACE,
     UNSATISFIED_RECHECK_SECONDS,
@@ -98,6 +98,7 @@ WATCHED_WARNINGS = (
 )
 
 TFJOBS = Resource(GROUP, VERSION, PLURAL, kind=KIND)
+NODES = Resource("", "v1", "nodes", namespaced=False, kind="Node")
 PRIORITY_CLASSES = Resource(
     "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False, kind="PriorityClass"
 )
@@ -522,6 +523,11 @@ async def run(args: argparse.Namespace) -> int:
                 PRIORITY_CLASSES, "priorityclasses", transform=strip_managed_fields, namespace=None
             )
             informers += [podgroup_informer, priority_informer]
+        node_informer = None
+        if args.progress_url:
+            # where a straggler may be moved to (reconcile.progress.moves); cluster-scoped
+            node_informer = watched(NODES, "nodes", transform=slim_node, namespace=None)
+            informers.append(node_informer)
         expectations = ControllerExpectations(clock)
         queue = WorkQueue[str](
             CONTROLLER_NAME, clock=clock, metrics=metrics.queue(CONTROLLER_NAME, clock)
@@ -558,6 +564,7 @@ async def run(args: argparse.Namespace) -> int:
                 services=service_informer.store,
                 podgroups=podgroup_informer.store if podgroup_informer else None,
                 priorityclasses=priority_informer.store if priority_informer else None,
+                nodes=node_informer.store if node_informer else None,
             ),
             writers=budgets.writers(podgroups_resource(gang) if gang is not None else None),
             expectations=expectations,

@@ -22,13 +22,13 @@ from controller.types import (
     CONTROLLER_NAME_INDEX,
     CONTROLLER_UID_INDEX,
     JSON,
+    NAMESPACE_INDEX,
     object_key,
     owned_by,
 )
 
 IndexFunc = Callable[[JSON], Iterable[str]]
 
-NAMESPACE_INDEX = "namespace"
 
 
 def key_of(obj: JSON) -> str:

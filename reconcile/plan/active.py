@@ -36,6 +36,7 @@ from reconcile.policy.tracking import active_releases, retired, settled_releases
 from reconcile.policy.verdict import Verdict, decide
 from reconcile.progress.guard import GuardCheck, check_guard, furthest_step
 from reconcile.progress.moves import avoided_nodes, keep_away, move_events, moves_due, with_moves
+from reconcile.progress.placement import placeable
 from reconcile.progress.records import ReplicaRecord
 from reconcile.progress.stall import Stall, check_stall, stalled_conditions
 from reconcile.progress.stragglers import find_stragglers
@@ -302,7 +303,12 @@ def _moves(p: _Pass) -> list[Straggler]:
         return []  # one move at a time: while any pod is away the comparisons shift
     stored = p.old.training_progress.stragglers if p.old.training_progress else []
     flagged = find_stragglers(p.live, stored, watch.straggler_threshold, p.snap.now)
-    return moves_due(flagged, p.old.replica_statuses, {pod.uid for pod in running}, p.now)
+    room = None
+    if flagged and p.snap.nodes is not None:
+        nodes = p.snap.nodes
+        room = {rt: placeable(spec.template, nodes) for rt, spec in p.tfjob.replica_specs.items()}
+    uids = {pod.uid for pod in running}
+    return moves_due(flagged, p.old.replica_statuses, uids, p.now, room)
 
 
 def _replicas_of(job: TFJob) -> int:

@@ -74,6 +74,9 @@ class Snapshot:
     #: the last time the progress endpoint may have failed to hear reporters for its own
     #: sake, and why (reconcile.sync.progress): the stall deadline does not count it
     unheard: tuple[datetime, str] | None = None
+    #: the cluster's nodes (slim: name, labels, cordon, taints) for a job whose
+    #: stragglers may be moved; None when not known (reconcile.progress.moves: no move)
+    nodes: Sequence[JSON] | None = None
 
 
 @dataclass(frozen=True)

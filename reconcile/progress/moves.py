@@ -23,7 +23,10 @@ first real run moved a second worker that was only slower than the one left.
 Moves have a lifetime budget: MOVES_PER_INDEX for an index (its ``moves`` in the retry
 state) and MOVES_PER_JOB for the job (the types' ``moves`` together). A replica that
 misreports can thus cost its peers a bounded number of moves, never one every window
-for ever, and an index's ``avoidNodes`` never grows past its budget.
+for ever, and an index's ``avoidNodes`` never grows past its budget. And a move is made
+only while a node the replica's template could run on is left outside the nodes its
+pod would avoid (reconcile.progress.placement; ``room``): never one that leaves the
+replica nowhere to go. Where the nodes are not known, nothing is moved.
 """
 
 from __future__ import annotations
@@ -55,11 +58,15 @@ def moves_due(
     statuses: Mapping[str, ReplicaStatus],
     movable: Collection[str],
     now: datetime,
+    room: Mapping[str, Collection[str]] | None,
 ) -> list[Straggler]:
     """The flagged replicas to move now: on a known node, their pod still running
-    (``movable``: UIDs), not being moved already, not moved within the window, and
-    within their index's and the job's budgets."""
+    (``movable``: UIDs), not being moved already, not moved within the window, within
+    their index's and the job's budgets, and with a node to go to: ``room`` names, by
+    replica type, the nodes its template could run on (None: not known, no move)."""
     out: list[Straggler] = []
+    if room is None:
+        return out
     spent = sum(rs.moves for rs in statuses.values())
     for s in flagged:
         if spent + len(out) >= MOVES_PER_JOB:
@@ -70,6 +77,9 @@ def moves_due(
         if rec is not None and (rec.moving_pod_uid or rec.moves >= MOVES_PER_INDEX):
             continue
         if rec is not None and rec.moved_at is not None and now - rec.moved_at < MOVE_WINDOW:
+            continue
+        avoided = set(_avoided_after(rec.avoid_nodes if rec else [], s.node))
+        if not any(n not in avoided for n in room.get(s.replica_type, ())):
             continue
         out.append(s)
     return out
@@ -90,11 +100,10 @@ def with_moves(
             continue
         rs = o.status
         rec = rs.index_retries.get(str(s.index), IndexRetry())
-        avoided = [n for n in rec.avoid_nodes if n != s.node][-(MAX_AVOIDED - 1) :]
         rec = rec.model_copy(
             update={
                 "moving_pod_uid": s.pod_uid,
-                "avoid_nodes": [*avoided, s.node],
+                "avoid_nodes": _avoided_after(rec.avoid_nodes, s.node),
                 "moved_at": now,
                 "moves": rec.moves + 1,
             }
@@ -103,6 +112,11 @@ def with_moves(
         rs = rs.model_copy(update={"moves": rs.moves + 1, "index_retries": retries})
         out[s.replica_type] = replace(o, status=rs)
     return out
+
+
+def _avoided_after(avoid: Sequence[str], node: str) -> list[str]:
+    """An index's ``avoidNodes`` once it is moved off ``node``: the newest MAX_AVOIDED."""
+    return [*[n for n in avoid if n != node][-(MAX_AVOIDED - 1) :], node]
 
 
 def avoided_nodes(statuses: Mapping[str, ReplicaStatus]) -> dict[tuple[str, int], list[str]]:

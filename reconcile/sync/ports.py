@@ -29,3 +29,5 @@ class Caches:
     #: gang scheduling only: PodGroups by (namespace, name), PriorityClasses by name
     podgroups: CacheReader | None = None
     priorityclasses: CacheReader | None = None
+    #: training progress only: the cluster's nodes (slim), where a straggler may go
+    nodes: CacheReader | None = None

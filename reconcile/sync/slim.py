@@ -290,4 +290,23 @@ def slim_service(obj: JSON) -> JSON:
     return _head(obj)
 
 
-__all__ = ["slim_pod", "slim_service"]
+def slim_node(obj: JSON) -> JSON:
+    """A node's identity, labels, cordon and taints: what says whether a replica's pod
+    could be placed there (reconcile.progress.placement). Its status (images, volumes,
+    conditions: most of a node's bytes) is not read."""
+    out = _head(obj)
+    v = obj.get("spec")
+    if type(v) is dict:
+        spec: JSON = {}
+        if v.get("unschedulable") is True:
+            spec["unschedulable"] = True
+        taints = v.get("taints")
+        if type(taints) is list and taints:
+            spec["taints"] = [
+                _pick(t, ("key", "value", "effect")) for t in taints if type(t) is dict
+            ]
+        out["spec"] = spec
+    return out
+
+
+__all__ = ["slim_node", "slim_pod", "slim_service"]

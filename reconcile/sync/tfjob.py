@@ -40,6 +40,7 @@ from controller.types import (
     CONTROLLER_NAME_INDEX,
     CONTROLLER_UID_INDEX,
     JSON,
+    NAMESPACE_INDEX,
     Clock,
     EventSink,
     Expectations,
@@ -51,6 +52,7 @@ from controller.types import (
     split_key,
 )
 from reconcile.api.spec import JobView, SpecCache
+from reconcile.api.watch import StragglerAction
 from reconcile.objects.observed import ObservedPod, by_uid, observe_all
 from reconcile.plan import Plan, PlanConfig, Snapshot, compute_plan
 from reconcile.policy import conditions as cond
@@ -256,6 +258,7 @@ class TFJobReconciler:
             priorities=self._priorities(view),
             training=self.memory.progress.records(key) if self.memory.progress else (),
             unheard=self.memory.progress.unheard_at if self.memory.progress else None,
+            nodes=self._nodes(view),
         )
         rec = self.memory.record(key)
         plan = partial(_plan_of, snap, pods, self.config, status_only, rec.observed)
@@ -309,6 +312,15 @@ class TFJobReconciler:
         self.statuses.announce(view, plan)
         structlog.contextvars.bind_contextvars(status_written=True)
         return waiting
+
+    def _nodes(self, view: JobView) -> list[JSON] | None:
+        """The cluster's nodes, for a job whose stragglers may be moved (a move needs
+        somewhere to go: reconcile.progress.moves); None for any other job, or when no
+        node cache runs."""
+        cache = self.caches.nodes
+        if cache is None or view.watch.straggler_action is not StragglerAction.MOVE:
+            return None
+        return cache.by_index(NAMESPACE_INDEX, "")  # cluster-scoped: all under ""
 
     def _priorities(self, view: JobView) -> dict[str, int]:
         """The values of the PriorityClasses the job's templates name (gang scheduling

@@ -27,6 +27,7 @@ def test_config_default_renders_and_passes_a_server_side_dry_run(cluster: Cluste
             "Deployment",
             "Service",
             "Service",
+            "NetworkPolicy",
         ]
     ), kinds
     # A dry run creates nothing, so the namespace the rest goes into must exist.

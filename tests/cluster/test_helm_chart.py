@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ import yaml
 from tests.cluster.chart import (
     CHART,
     NAMESPACE,
+    Doc,
     by_identity,
     deployment,
     helm,
@@ -208,6 +210,66 @@ def test_progress_off_leaves_out_its_flags_and_service(ops_tools: Path) -> None:
     moved = manager_args(render(ops_tools, "progress.port=12000"))
     assert "--progress-bind-address=:12000" in moved
     assert f"--progress-url=https://tfjob-controller-progress.{NAMESPACE}.svc:12000" in moved
+
+
+def network_policy(docs: list[Doc]) -> Doc | None:
+    found = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    return found[0] if found else None
+
+
+def rules(policy: Doc) -> dict[str, list[Any]]:
+    """Each ingress rule's peers, by the one named port it opens."""
+    out: dict[str, list[Any]] = {}
+    for rule in policy["spec"]["ingress"]:
+        (port,) = rule["ports"]
+        assert port["protocol"] == "TCP"
+        out[port["port"]] = rule["from"]
+    return out
+
+
+def test_the_network_policy_opens_only_the_progress_and_metrics_ports(
+    ops_tools: Path, cluster: Cluster
+) -> None:
+    """Progress from pods of any namespace, metrics from the scrapers' namespace, nothing
+    else (the probes come from the node, which a policy never blocks). The apiserver
+    takes each variant; the local network plugin does not enforce policies."""
+    default = network_policy(render(ops_tools))
+    assert default is not None
+    assert default["spec"]["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "tfjob-controller"}
+    }
+    assert default["spec"]["policyTypes"] == ["Ingress"]
+    assert rules(default) == {
+        "progress": [{"namespaceSelector": {}}],
+        "metrics": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ],
+    }
+    # the container's ports carry the names the policy opens
+    pod = deployment(render(ops_tools))["spec"]["template"]["spec"]
+    names = {p["name"] for p in pod["containers"][0]["ports"]}
+    assert {"progress", "metrics"} <= names
+
+    scrapers = render(
+        ops_tools,
+        "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=observability",
+    )
+    policy = network_policy(scrapers)
+    assert policy is not None
+    assert rules(policy)["metrics"] == [
+        {"namespaceSelector": {"matchLabels": {"team": "observability"}}}
+    ]
+    # an empty list admits nobody: the rule is left out, not rendered as `from: []`
+    closed = network_policy(render(ops_tools, "networkPolicy.metricsFrom={}"))
+    assert closed is not None and list(rules(closed)) == ["progress"]
+    no_progress = network_policy(render(ops_tools, "progress.enabled=false"))
+    assert no_progress is not None and list(rules(no_progress)) == ["metrics"]
+    assert network_policy(render(ops_tools, "networkPolicy.enabled=false")) is None
+
+    for one in (default, policy, closed, no_progress):
+        doc = json.dumps({**one, "metadata": {**one["metadata"], "namespace": "default"}})
+        out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", "-o", "name", input=doc)
+        assert out.strip() == "networkpolicy.networking.k8s.io/tfjob-controller"
 
 
 def test_the_uninstall_hook_can_be_left_out(ops_tools: Path) -> None:

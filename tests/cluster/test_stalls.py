@@ -300,3 +300,50 @@ def test_a_moved_straggler_comes_back_on_another_node_uncounted(
     assert (rs.get("moves"), rs.get("restarts", 0), rs.get("disruptions", 0)) == (1, 0, 0)
     assert rs["indexRetries"]["2"]["avoidNodes"] == [node]
     assert node in event(kube, ns, "StragglerMoved")["message"]
+
+
+def test_a_straggler_with_nowhere_else_to_go_is_not_moved(
+    controller: ControllerProcess, kube: Kube, namespace: str
+) -> None:
+    """Every worker may run on one node only: moving the slow one off it would leave its
+    new pod nowhere to be scheduled, so it is flagged and left where it is."""
+    ns = namespace
+    body = job("pin", {"training.kubeflow.org/straggler-action": "move"})
+    worker = body["spec"]["tfReplicaSpecs"]["Worker"]
+    worker["replicas"] = 4
+    worker["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "kwok-node-0"}
+    kube.create_tfjob(ns, body)
+    pods = Replicas(kube, controller, ns, "pin")
+    try:
+        running = {p["metadata"]["name"]: p for p in wait_running(kube, ns, "pin", 4)}
+        assert {p["spec"]["nodeName"] for p in running.values()} == {"kwok-node-0"}
+        for step in range(1, 5):
+            for i in range(4):
+                pods.report(i, step, sections={"compute": 0.3 if i == 2 else 0.1})
+        # the pass that flags it is the pass that would move it (moves_due)
+        (s,) = wait_for(
+            lambda: (
+                (tp := (kube.tfjob(ns, "pin") or {})["status"].get("trainingProgress") or {})
+                and tp.get("stragglers")
+            ),
+            10,
+            "a straggler in the status",
+        )
+        assert (s["index"], s["node"]) == (2, "kwok-node-0")
+        for i in range(4):  # another pass, the straggler still slow
+            pods.report(i, 5, sections={"compute": 0.3 if i == 2 else 0.1})
+        wait_for(
+            lambda: (
+                (tp := (kube.tfjob(ns, "pin") or {})["status"].get("trainingProgress") or {})
+                and (tp.get("replicas") or {}).get("Worker", {}).get("minStep") == 5
+            ),
+            10,
+            "the fifth reports in the status",
+        )
+    finally:
+        pods.close()
+    now = kube.pod(ns, "pin-worker-2") or {}
+    assert now["metadata"]["uid"] == running["pin-worker-2"]["metadata"]["uid"]
+    rs = (kube.tfjob(ns, "pin") or {})["status"]["replicaStatuses"]["Worker"]
+    assert rs.get("moves", 0) == 0 and not rs.get("indexRetries")
+    assert "StragglerMoved" not in [e["reason"] for e in kube.events(ns)]

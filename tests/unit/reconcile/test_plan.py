@@ -53,6 +53,8 @@ class World:
     training: tuple[Any, ...] = ()
     #: the endpoint's last deaf window, as the intake holds it
     unheard: tuple[datetime, str] | None = None
+    #: the cluster's nodes, as the node cache holds them (None: no cache)
+    nodes: list[dict[str, Any]] | None = None
 
     def reconcile(self, config: PlanConfig = CFG) -> Plan:
         snap = Snapshot(
@@ -62,6 +64,7 @@ class World:
             at(self.now),
             training=self.training,
             unheard=self.unheard,
+            nodes=copy.deepcopy(self.nodes),
         )
         pods, services = copy.deepcopy(raws(snap.pods)), copy.deepcopy(snap.services)
         job = snap.job.raw

@@ -34,6 +34,10 @@ class Reporting(World):
     arrive (reconcile.sync.progress does the same with the same functions)."""
 
     held: dict[tuple[str, int], ReplicaRecord] = field(default_factory=dict)
+    #: every replica reports from node-a; node-b is where a moved one may go
+    nodes: list[dict[str, Any]] | None = field(
+        default_factory=lambda: [{"metadata": {"name": n}} for n in ("node-a", "node-b")]
+    )
 
     def report(self, pod_name: str, step: int, sections: dict[str, float] | None = None) -> None:
         meta = self.pods[pod_name]["metadata"]
@@ -443,6 +447,19 @@ def avoidance(pod: dict[str, Any]) -> list[Any]:
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]
     return [e for t in terms["nodeSelectorTerms"] for e in t["matchFields"]]
+
+
+def test_a_straggler_with_no_other_node_to_go_to_stays_where_it_is() -> None:
+    for nodes in ([{"metadata": {"name": "node-a"}}], None):  # the only node; none known
+        w = running(four(**{STRAGGLER_ACTION_ANNOTATION: "move"}))
+        w.nodes = nodes
+        slow_last(w, 20)
+        (s,) = w.status["trainingProgress"]["stragglers"]
+        assert s["index"] == 3
+        rs = w.status["replicaStatuses"]["Worker"]
+        assert not rs.get("moves") and not rs.get("indexRetries")
+        assert not [n for n, x in w.pods.items() if x["metadata"].get("deletionTimestamp")]
+        assert "StragglerMoved" not in [e.reason for e in w.events]
 
 
 def test_a_flagged_straggler_is_moved_once_not_counted_and_kept_off_its_node() -> None:
