@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: bench-scale bench-failover ops-tools venv binaries cluster cluster-down run test unit lint crd bench bench-upstream fuzz lock chaos \
-	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress run-check run-tf-check
+	image-test kind-e2e node-binaries tf-image e2e-tf run-tf bench-progress bench-flood run-check run-tf-check
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -133,6 +133,12 @@ bench-scale: binaries
 # 8 workers, every pod reporting every 5 s, on a cluster of its own (.cluster-bench-progress/).
 bench-progress: binaries
 	$(PY) -m hack.bench_progress $(BENCH_PROGRESS_ARGS)
+
+# An anonymous flood of the progress endpoint (docs/benchmarks.md#progress-endpoint-flood):
+# 4,096 and 20,000 held connections and 1,100 bare connects while a new job reports, on
+# a cluster of its own (.cluster-bench-flood/).
+bench-flood: binaries
+	$(PY) -m hack.bench_flood $(BENCH_FLOOD_ARGS)
 
 # A restart at size (docs/benchmarks.md#restart-and-failover-at-size): a new process's
 # time to its first write with every job's pods cached, ours beside upstream, on a

@@ -1,0 +1,456 @@
+"""The progress-endpoint flood (`make bench-flood`): can an anonymous client on the pod
+network starve reporters, run the process out of descriptors, or get a job failed as
+stalled?
+
+On a cluster of its own (kwok runs the pods), one tfjob-controller process started as a
+container often is (soft descriptor limit 1,024, the hard one the machine's), progress
+on at its defaults (128 connections per source address). For each ``--held`` count
+(0 first, as the baseline):
+
+1. an attacker without any credential holds that many connections to the progress port
+   from ``--sources`` loopback addresses (127.0.1.x, ...), a third each sending nothing,
+   idle after a TLS handshake, and asking ``POST /nothing`` over TLS; each one closed is
+   opened again at once; plus ``--bare`` bare connects from one more address;
+2. once they are up, a new TFJob of ``--workers`` workers with a 10 s progress deadline
+   and ``stall-action: fail`` starts; its pods (tokens bound to them by TokenRequest)
+   report every ``--interval`` s for ``--duration`` s, each over a kept-alive
+   connection;
+3. meanwhile ``/healthz`` is asked once a second, and the controller's open descriptors
+   and RSS are sampled.
+
+It prints, per count: each pod's time to its first accepted report, the reports' answers
+and latency, the probes that failed, the job's end state (never Failed, never restarted,
+Stalled never True), the descriptors and RSS at their peak, and the connections the
+endpoint closed to make room. The figures and the command go to docs/benchmarks.md by
+hand; nothing here asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import resource
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import hack.cluster as cluster_mod
+from hack.bench_progress import Pod, cluster_for, mint_tokens, percentile
+from hack.benchmark.client import Http
+from hack.benchmark.environment import create_namespace
+from hack.benchmark.sampling import byte_compile
+from hack.run_local import progress_flags
+
+REPO = cluster_mod.REPO
+UA = "tfjob-bench-flood"
+#: a container's usual soft limit (what the issue measured against)
+SOFT_NOFILE = 1024
+
+
+def say(msg: str) -> None:
+    print(f"[bench-flood {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Attack:
+    """The attacker's side: how many of its connections are open now, and what
+    happened to them."""
+
+    open: int = 0
+    opened: int = 0
+    closed: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class Phase:
+    held: int
+    first: list[float] = field(default_factory=list)  # each pod: seconds to its first 204
+    codes: Counter[int] = field(default_factory=Counter)
+    answers: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    probes: Counter[str] = field(default_factory=Counter)
+    fds: int = 0
+    rss_mb: float = 0.0
+    attacker_open: int = 0
+    outcome: str = ""
+
+
+async def hold(
+    kind: str,
+    src: str,
+    host: str,
+    port: int,
+    ctx: ssl.SSLContext,
+    attack: Attack,
+    stop: asyncio.Event,
+) -> None:
+    """One of the attacker's connections, opened again whenever it is closed."""
+    while not stop.is_set():
+        writer = None
+        try:
+            tls = ctx if kind != "bare" else None
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=tls, local_addr=(src, 0)), 30
+            )
+            attack.open += 1
+            attack.opened += 1
+            try:
+                if kind == "404":
+                    writer.write(b"POST /nothing HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                # held until the server closes it
+                while await reader.read(4096):
+                    pass
+                attack.closed["by the server"] += 1
+            finally:
+                attack.open -= 1
+        except (TimeoutError, OSError, ssl.SSLError) as e:
+            attack.closed[type(e).__name__] += 1
+            await asyncio.sleep(0.2)  # refused, reset: not a hot loop
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+async def report(
+    p: Pod, ns: str, host: str, port: int, ctx: ssl.SSLContext, interval: float,
+    until: float, phase: Phase, started: float,
+) -> None:  # fmt: skip
+    """A pod reporting every ``interval`` s, as the helper does: one kept-alive TLS
+    connection, opened again when closed or refused; latency counted from the send."""
+    path = f"/v1/namespaces/{ns}/tfjobs/{p.job}/progress"
+    reader = writer = None
+    got_first = False
+    due = time.monotonic()
+    while due < until:
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        due += interval
+        try:
+            t0 = time.monotonic()
+            if writer is None:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=ctx), interval * 5
+                )
+            p.step += 10
+            body = orjson.dumps({"step": p.step, "totalSteps": 100_000})
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {p.token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            assert reader is not None and writer is not None
+            writer.write(head.encode() + body)
+            line = await asyncio.wait_for(reader.readline(), interval * 5)
+            code = int(line.split()[1])
+            length, close = 0, False
+            while (h := await reader.readline()) not in (b"\r\n", b""):
+                k, _, v = h.decode().partition(":")
+                if k.lower() == "content-length":
+                    length = int(v)
+                elif k.lower() == "connection" and v.strip().lower() == "close":
+                    close = True
+            if length:
+                await reader.readexactly(length)
+            phase.codes[code] += 1
+            phase.answers.append(time.monotonic() - t0)
+            if code == 204 and not got_first:
+                got_first = True
+                phase.first.append(time.monotonic() - started)
+            if close:
+                writer.close()
+                writer = None
+        except (TimeoutError, OSError, ValueError, IndexError, asyncio.IncompleteReadError) as e:
+            phase.errors[type(e).__name__] += 1
+            if writer is not None:
+                writer.close()
+            writer = None
+    if writer is not None:
+        writer.close()
+
+
+async def probe_loop(url: str, phase: Phase, stop: asyncio.Event) -> None:
+    """``/healthz`` once a second, as a kubelet would (1 s time-out)."""
+
+    def ask() -> str:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return "ok" if r.status == 200 else f"status {r.status}"
+        except Exception as e:  # a failed probe, whatever the cause
+            return type(e).__name__
+
+    while not stop.is_set():
+        t0 = time.monotonic()
+        phase.probes[await asyncio.to_thread(ask)] += 1
+        await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+
+
+def fds_and_rss(pid: int) -> tuple[int, float]:
+    """The process's open descriptors and its RSS in MB."""
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return fds, int(line.split()[1]) / 1024
+    return fds, 0.0
+
+
+async def sample_loop(pid: int, phase: Phase, attack: Attack, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            fds, rss = fds_and_rss(pid)
+            phase.fds, phase.rss_mb = max(phase.fds, fds), max(phase.rss_mb, rss)
+        phase.attacker_open = max(phase.attacker_open, attack.open)
+        await asyncio.sleep(1.0)
+
+
+def job_body(name: str, workers: int) -> dict[str, Any]:
+    tpl = {"spec": {"containers": [{"name": "tensorflow", "image": "bench:flood"}]}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                "training.kubeflow.org/progress-deadline-seconds": "10",
+                "training.kubeflow.org/stall-action": "fail",
+            },
+        },
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": workers, "template": tpl}}},
+    }
+
+
+async def running_pods(http: Http, ns: str, job: str, want: int) -> list[Pod]:
+    deadline = time.monotonic() + 120
+    while True:
+        _, out = await http.req(
+            "GET",
+            f"/api/v1/namespaces/{ns}/pods",
+            params={"labelSelector": f"training.kubeflow.org/job-name={job}"},
+        )
+        pods = [
+            p for p in out.get("items", []) if (p.get("status") or {}).get("phase") == "Running"
+        ]
+        if len(pods) >= want:
+            return [
+                Pod(
+                    job,
+                    p["metadata"]["name"],
+                    p["metadata"]["uid"],
+                    int(p["metadata"]["labels"]["training.kubeflow.org/replica-index"]),
+                )
+                for p in pods
+            ]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(pods)} of {want} pods of {job} running")
+        await asyncio.sleep(0.5)
+
+
+def outcome(job: dict[str, Any]) -> str:
+    status = job.get("status") or {}
+    conds = {c["type"]: c for c in status.get("conditions") or []}
+    failed = conds.get("Failed", {})
+    stalled = conds.get("Stalled", {})
+    restarts = sum(
+        (rs.get("restarts") or 0) for rs in (status.get("replicaStatuses") or {}).values()
+    )
+    parts = [
+        "Failed " + str(failed.get("reason")) if failed.get("status") == "True" else "not failed",
+        f"Stalled {stalled.get('status', 'unset')} ({stalled.get('reason', '-')})",
+        f"restarts {restarts}",
+    ]
+    return ", ".join(parts)
+
+
+def metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def phase_of(
+    args: argparse.Namespace, http: Http, ns: str, held: int, url: str, ctx: ssl.SSLContext,
+    pid: int, health: str, metrics_port: int,
+) -> Phase:  # fmt: skip
+    # the endpoint listens on every address; loopback lets the attacker pick its source
+    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
+    phase = Phase(held)
+    attack = Attack()
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    kinds = ("bare", "idle", "404")
+    for i in range(held):
+        src = f"127.0.{1 + (i % args.sources) // 250}.{2 + (i % args.sources) % 250}"
+        tasks.append(asyncio.create_task(hold(kinds[i % 3], src, host, port, ctx, attack, stop)))
+    for _ in range(args.bare if held else 0):
+        tasks.append(asyncio.create_task(hold("bare", "127.0.9.9", host, port, ctx, attack, stop)))
+    watchers = [
+        asyncio.create_task(probe_loop(health, phase, stop)),
+        asyncio.create_task(sample_loop(pid, phase, attack, stop)),
+    ]
+    evicted0 = metric(metrics_port, "tfjob_progress_reports_connections_evicted_total")
+    try:
+        if held:
+            await asyncio.sleep(args.settle)
+            say(f"{held} held (+{args.bare} bare): attacker has {attack.open} open now")
+        name = f"f{held}"
+        status, body = await http.req(
+            "POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs", job_body(name, args.workers)
+        )
+        if status != 201:
+            raise RuntimeError(f"create {name}: {status} {body}")
+        pods = await running_pods(http, ns, name, args.workers)
+        await mint_tokens(http, ns, pods)
+        started = time.monotonic()
+        until = started + args.duration
+        await asyncio.gather(
+            *(report(p, ns, host, port, ctx, args.interval, until, phase, started) for p in pods)
+        )
+        _, job = await http.req("GET", f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs/{name}")
+        phase.outcome = outcome(job)
+    finally:
+        stop.set()
+        for t in tasks + watchers:
+            t.cancel()
+        await asyncio.gather(*tasks, *watchers, return_exceptions=True)
+    evicted = metric(metrics_port, "tfjob_progress_reports_connections_evicted_total") - evicted0
+    phase.errors["(endpoint) evicted to make room"] = int(evicted)
+    phase.errors["(attacker) connections opened"] = attack.opened
+    return phase
+
+
+def print_phase(ph: Phase, workers: int) -> None:
+    reports = sum(ph.codes.values())
+    ans = sorted(ph.answers)
+    first = sorted(ph.first)
+    print(f"  held {ph.held}:")
+    print(
+        f"    first accepted report: {len(first)}/{workers} pods"
+        + (f", slowest {first[-1]:.2f} s, median {percentile(first, 50):.2f} s" if first else "")
+    )
+    if ans:
+        print(
+            f"    reports: {reports}: {dict(ph.codes)}; answer p50 {percentile(ans, 50) * 1000:.1f}"
+            f" ms, p99 {percentile(ans, 99) * 1000:.1f} ms, max {ans[-1]:.2f} s"
+        )
+    print(f"    errors: {dict(ph.errors)}")
+    print(f"    /healthz: {dict(ph.probes)}")
+    print(f"    job: {ph.outcome}")
+    print(
+        f"    controller peak: {ph.fds} descriptors, RSS {ph.rss_mb:.0f} MB;"
+        f" attacker's open connections at peak {ph.attacker_open}"
+    )
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return bool(r.status == 200)
+    except Exception:  # not up yet
+        return False
+
+
+def raise_own_limit(want: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), max(hard, want)))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def run(args: argparse.Namespace) -> int:
+    raise_own_limit(max(args.held) + args.bare + 4096)
+    d = cluster_for(".cluster-bench-flood", args.workers * len(args.held) * 2, 110, say)
+    flags = progress_flags(d / "pki")
+    metrics_port = cluster_mod.free_port()
+    probe_port = cluster_mod.free_port()
+    byte_compile()
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    argv = [
+        str(REPO / ".venv" / "bin" / "tfjob-controller"),
+        f"--kubeconfig={d / 'kubeconfig'}",
+        "--log-format=json",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        "--metrics-secure=false",
+        f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+        *flags,
+    ]
+    say(f"controller: soft descriptor limit {SOFT_NOFILE}, hard {hard}")
+    with open(d / "logs" / "bench-flood-controller.log", "wb") as logf:
+        ctrl = subprocess.Popen(
+            argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT_NOFILE, hard)),
+        )
+    try:
+        url = next(f for f in flags if f.startswith("--progress-url=")).split("=", 1)[1]
+        return asyncio.run(measure(args, d, ctrl.pid, url, metrics_port, probe_port))
+    finally:
+        ctrl.terminate()
+        try:
+            ctrl.wait(30)
+        except subprocess.TimeoutExpired:
+            ctrl.kill()
+        if not args.keep_cluster:
+            subprocess.run(cluster_mod.command("down"), cwd=REPO, check=False)
+
+
+async def measure(
+    args: argparse.Namespace, d: Path, pid: int, url: str, metrics_port: int, probe_port: int
+) -> int:
+    state = cluster_mod.load_state(d)
+    assert state is not None
+    admin = ssl.create_default_context(cafile=str(d / "pki" / "ca.crt"))
+    admin.load_cert_chain(str(d / "pki" / "admin.crt"), str(d / "pki" / "admin.key"))
+    http = Http(f"https://127.0.0.1:{state['ports']['apiserver']}", admin, UA, 20)
+    ctx = ssl.create_default_context(cafile=str(d / "pki" / "ca.crt"))
+    health = f"http://127.0.0.1:{probe_port}/healthz"
+    deadline = time.monotonic() + 60
+    while not await asyncio.to_thread(healthy, health):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{health} never answered")
+        await asyncio.sleep(0.5)
+    ns = f"bench-flood-{uuid.uuid4().hex[:6]}"
+    phases = []
+    try:
+        await create_namespace(http, ns)
+        for held in [0, *args.held]:
+            say(f"phase: {held} anonymous connections held")
+            phases.append(await phase_of(args, http, ns, held, url, ctx, pid, health, metrics_port))
+            print_phase(phases[-1], args.workers)
+        say("results:")
+        for ph in phases:
+            print_phase(ph, args.workers)
+        return 0
+    finally:
+        await http.req("DELETE", f"/api/v1/namespaces/{ns}")
+        await http.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m hack.bench_flood", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--held", type=int, nargs="+", default=[4096, 20000])
+    p.add_argument("--bare", type=int, default=1100, help="bare connects from one address")
+    p.add_argument("--sources", type=int, default=160, help="the attacker's addresses")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
+    p.add_argument("--duration", type=float, default=40.0, help="seconds the job reports")
+    p.add_argument("--settle", type=float, default=15.0, help="seconds the flood builds up")
+    p.add_argument("--keep-cluster", action="store_true")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
