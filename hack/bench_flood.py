@@ -18,6 +18,11 @@ on at its defaults (128 connections per source address). For each ``--held`` cou
 3. meanwhile ``/healthz`` is asked once a second, and the controller's open descriptors
    and RSS are sampled.
 
+Last, with nothing held, ``--junk-senders`` loops send requests a stranger can make up
+(random bearer values, JWT-shaped tokens with made-up claims, the real pods' names with
+made-up UIDs, made-up job names) for ``--duration`` s while the job reports: what that
+costs the apiserver is the TokenReviews the controller made meanwhile.
+
 It prints, per count: each pod's time to its first accepted report, the reports' answers
 and latency, the probes that failed, the job's end state (never Failed, never restarted,
 Stalled never True), the descriptors and RSS at their peak, and the connections the
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import os
 import resource
@@ -75,6 +81,8 @@ class Attack:
 @dataclass
 class Phase:
     held: int
+    junk: int = 0  # made-up requests answered
+    reviews: dict[str, float] = field(default_factory=dict)  # verdicts by result, added
     first: list[float] = field(default_factory=list)  # each pod: seconds to its first 204
     codes: Counter[int] = field(default_factory=Counter)
     answers: list[float] = field(default_factory=list)
@@ -269,6 +277,71 @@ def outcome(job: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def verdicts(port: int) -> dict[str, float]:
+    """The controller's token verdicts so far, by result."""
+    prefix = 'tfjob_progress_reports_token_reviews_total{result="'
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return {
+            line[len(prefix) :].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in r.read().decode().splitlines()
+            if line.startswith(prefix)
+        }
+
+
+def made_up_token(claims: dict[str, Any]) -> str:
+    def part(doc: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(orjson.dumps(doc)).rstrip(b"=").decode()
+
+    sig = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+    return f"{part({'alg': 'RS256', 'kid': 'x'})}.{part(claims)}.{sig}"
+
+
+async def junk(
+    ns: str, host: str, port: int, ctx: ssl.SSLContext, pods: list[Pod], phase: Phase,
+    stop: asyncio.Event,
+) -> None:  # fmt: skip
+    """A stranger's requests, one per connection (each is answered and closed): what it
+    can make up without any credential."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        victim = pods[n % len(pods)]
+        job_path = f"/v1/namespaces/{ns}/tfjobs/{victim.job}/progress"
+        aud = f"tfjob.kubeflow.org/{ns}/{victim.job}"
+        exp = int(time.time()) + 3600
+        kind = n % 4
+        if kind == 0:
+            path, token = job_path, uuid.uuid4().hex * 8
+        elif kind == 1:
+            claims: dict[str, Any] = {"aud": [aud], "exp": exp, "sub": uuid.uuid4().hex}
+            path, token = job_path, made_up_token(claims)
+        elif kind == 2:  # the real pod's name, a UID made up
+            pod = {"name": victim.name, "uid": str(uuid.uuid4())}
+            claims = {"aud": [aud], "exp": exp, "kubernetes.io": {"namespace": ns, "pod": pod}}
+            path, token = job_path, made_up_token(claims)
+        else:
+            made = f"job-{uuid.uuid4().hex[:10]}"
+            path = f"/v1/namespaces/{ns}/tfjobs/{made}/progress"
+            token = made_up_token({"aud": [f"tfjob.kubeflow.org/{ns}/{made}"], "exp": exp})
+        writer = None
+        try:
+            reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+            body = b'{"step": 1}'
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await reader.read(4096)
+            phase.junk += 1
+        except (OSError, ssl.SSLError) as e:
+            phase.errors[f"(junk) {type(e).__name__}"] += 1
+            await asyncio.sleep(0.1)
+        finally:
+            if writer is not None:
+                writer.close()
+
+
 def metric(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         for line in r.read().decode().splitlines():
@@ -288,21 +361,22 @@ async def phase_of(
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     kinds = ("bare", "idle", "404")
-    for i in range(held):
+    for i in range(max(held, 0)):
         src = f"127.0.{1 + (i % args.sources) // 250}.{2 + (i % args.sources) % 250}"
         tasks.append(asyncio.create_task(hold(kinds[i % 3], src, host, port, ctx, attack, stop)))
-    for _ in range(args.bare if held else 0):
+    for _ in range(args.bare if held > 0 else 0):
         tasks.append(asyncio.create_task(hold("bare", "127.0.9.9", host, port, ctx, attack, stop)))
     watchers = [
         asyncio.create_task(probe_loop(health, phase, stop)),
         asyncio.create_task(sample_loop(pid, phase, attack, stop)),
     ]
     evicted0 = metric(metrics_port, "tfjob_progress_reports_connections_evicted_total")
+    reviews0 = verdicts(metrics_port)
     try:
-        if held:
+        if held > 0:
             await asyncio.sleep(args.settle)
             say(f"{held} held (+{args.bare} bare): attacker has {attack.open} open now")
-        name = f"f{held}"
+        name = f"f{held}" if held >= 0 else "fjunk"
         status, body = await http.req(
             "POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs", job_body(name, args.workers)
         )
@@ -312,6 +386,11 @@ async def phase_of(
         await mint_tokens(http, ns, pods)
         started = time.monotonic()
         until = started + args.duration
+        if held < 0:
+            tasks += [
+                asyncio.create_task(junk(ns, host, port, ctx, pods, phase, stop))
+                for _ in range(args.junk_senders)
+            ]
         await asyncio.gather(
             *(report(p, ns, host, port, ctx, args.interval, until, phase, started) for p in pods)
         )
@@ -323,16 +402,27 @@ async def phase_of(
             t.cancel()
         await asyncio.gather(*tasks, *watchers, return_exceptions=True)
     evicted = metric(metrics_port, "tfjob_progress_reports_connections_evicted_total") - evicted0
+    phase.reviews = {
+        r: n - reviews0.get(r, 0.0)
+        for r, n in verdicts(metrics_port).items()
+        if n != reviews0.get(r)
+    }
     phase.errors["(endpoint) evicted to make room"] = int(evicted)
     phase.errors["(attacker) connections opened"] = attack.opened
     return phase
 
 
-def print_phase(ph: Phase, workers: int) -> None:
+def print_phase(ph: Phase, workers: int, duration: float) -> None:
     reports = sum(ph.codes.values())
     ans = sorted(ph.answers)
     first = sorted(ph.first)
-    print(f"  held {ph.held}:")
+    print(f"  held {ph.held}:" if ph.held >= 0 else "  made-up tokens and job names:")
+    if ph.held < 0:
+        made = sum(n for r, n in ph.reviews.items() if r in ("accepted", "refused", "error"))
+        print(
+            f"    {ph.junk} made-up requests answered ({ph.junk / duration:.0f}/s);"
+            f" TokenReviews sent {made:.0f} ({made / duration:.1f}/s); verdicts {ph.reviews}"
+        )
     print(
         f"    first accepted report: {len(first)}/{workers} pods"
         + (f", slowest {first[-1]:.2f} s, median {percentile(first, 50):.2f} s" if first else "")
@@ -424,13 +514,13 @@ async def measure(
     phases = []
     try:
         await create_namespace(http, ns)
-        for held in [0, *args.held]:
-            say(f"phase: {held} anonymous connections held")
+        for held in [0, *args.held, -1]:
+            say(f"phase: {held} anonymous connections held" if held >= 0 else "phase: made up")
             phases.append(await phase_of(args, http, ns, held, url, ctx, pid, health, metrics_port))
-            print_phase(phases[-1], args.workers)
+            print_phase(phases[-1], args.workers, args.duration)
         say("results:")
         for ph in phases:
-            print_phase(ph, args.workers)
+            print_phase(ph, args.workers, args.duration)
         return 0
     finally:
         await http.req("DELETE", f"/api/v1/namespaces/{ns}")
@@ -448,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
     p.add_argument("--duration", type=float, default=40.0, help="seconds the job reports")
     p.add_argument("--settle", type=float, default=15.0, help="seconds the flood builds up")
+    p.add_argument("--junk-senders", type=int, default=32, help="made-up requests' loops")
     p.add_argument("--keep-cluster", action="store_true")
     return run(p.parse_args(argv))
 
