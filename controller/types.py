@@ -30,6 +30,8 @@ CONTROLLER_UID_INDEX = "controller-uid"
 CONTROLLER_NAME_INDEX = "controller-name"
 #: The cache index of objects by their namespace ("" for a cluster-scoped object).
 NAMESPACE_INDEX = "namespace"
+#: The cache index of pods by the addresses they were given (status.podIP, podIPs).
+POD_IP_INDEX = "pod-ip"
 
 #: A Kubernetes object as decoded JSON. Objects handed out by a cache are shared:
 #: callers MUST NOT mutate them.
@@ -418,6 +420,11 @@ class ReportSink(Protocol):
 
     def accept(self, path: str, caller: Caller, body: bytes) -> Reply:
         """Take a report from ``caller`` (its token reviewed for ``audience(path)``)."""
+        ...
+
+    def known_source(self, address: str) -> bool:
+        """Whether ``address`` is one reports are expected from (a pod's): its
+        connections go before strangers' when the endpoint is pressed."""
         ...
 
     def unheard(self, at: datetime, why: str) -> None:

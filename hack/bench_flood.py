@@ -38,6 +38,7 @@ import base64
 import contextlib
 import os
 import resource
+import signal
 import ssl
 import subprocess
 import sys
@@ -62,10 +63,16 @@ REPO = cluster_mod.REPO
 UA = "tfjob-bench-flood"
 #: a container's usual soft limit (what the issue measured against)
 SOFT_NOFILE = 1024
+#: the kwok pods' addresses: on loopback, so each simulated pod sends from its own
+POD_CIDR = "127.44.0.0/16"
 
 
 def say(msg: str) -> None:
     print(f"[bench-flood {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def pod_ips(pods: list[dict[str, Any]]) -> dict[str, str]:
+    return {p["metadata"]["name"]: (p.get("status") or {}).get("podIP", "") for p in pods}
 
 
 @dataclass
@@ -131,11 +138,13 @@ async def hold(
 
 
 async def report(
-    p: Pod, ns: str, host: str, port: int, ctx: ssl.SSLContext, interval: float,
-    until: float, phase: Phase, started: float,
+    p: Pod, ns: str, src: str, host: str, port: int, ctx: ssl.SSLContext,
+    args: argparse.Namespace, until: float, phase: Phase, started: float,
 ) -> None:  # fmt: skip
-    """A pod reporting every ``interval`` s, as the helper does: one kept-alive TLS
-    connection, opened again when closed or refused; latency counted from the send."""
+    """A pod reporting every ``--interval`` s from its own address ``src``, as the
+    helper does: one kept-alive TLS connection, opened again when closed or refused;
+    latency counted from the send."""
+    interval = args.interval
     path = f"/v1/namespaces/{ns}/tfjobs/{p.job}/progress"
     reader = writer = None
     got_first = False
@@ -147,7 +156,8 @@ async def report(
             t0 = time.monotonic()
             if writer is None:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port, ssl=ctx), interval * 5
+                    asyncio.open_connection(host, port, ssl=ctx, local_addr=(src, 0)),
+                    interval * 5,
                 )
             p.step += 10
             body = orjson.dumps({"step": p.step, "totalSteps": 100_000})
@@ -210,12 +220,11 @@ def fds_and_rss(pid: int) -> tuple[int, float]:
     return fds, 0.0
 
 
-async def sample_loop(pid: int, phase: Phase, attack: Attack, stop: asyncio.Event) -> None:
+async def sample_loop(pid: int, phase: Phase, stop: asyncio.Event) -> None:
     while not stop.is_set():
         with contextlib.suppress(OSError):
             fds, rss = fds_and_rss(pid)
             phase.fds, phase.rss_mb = max(phase.fds, fds), max(phase.rss_mb, rss)
-        phase.attacker_open = max(phase.attacker_open, attack.open)
         await asyncio.sleep(1.0)
 
 
@@ -235,7 +244,10 @@ def job_body(name: str, workers: int) -> dict[str, Any]:
     }
 
 
-async def running_pods(http: Http, ns: str, job: str, want: int) -> list[Pod]:
+async def running_pods(
+    http: Http, ns: str, job: str, want: int
+) -> tuple[list[Pod], dict[str, str]]:
+    """The job's pods once ``want`` run, and each one's address."""
     deadline = time.monotonic() + 120
     while True:
         _, out = await http.req(
@@ -246,7 +258,8 @@ async def running_pods(http: Http, ns: str, job: str, want: int) -> list[Pod]:
         pods = [
             p for p in out.get("items", []) if (p.get("status") or {}).get("phase") == "Running"
         ]
-        if len(pods) >= want:
+        if len(pods) >= want and all(p["status"].get("podIP") for p in pods):
+            ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
             return [
                 Pod(
                     job,
@@ -255,7 +268,7 @@ async def running_pods(http: Http, ns: str, job: str, want: int) -> list[Pod]:
                     int(p["metadata"]["labels"]["training.kubeflow.org/replica-index"]),
                 )
                 for p in pods
-            ]
+            ], ips
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {len(pods)} of {want} pods of {job} running")
         await asyncio.sleep(0.5)
@@ -350,6 +363,72 @@ def metric(port: int, name: str) -> float:
     return 0.0
 
 
+async def start_attacker(
+    args: argparse.Namespace, port: int, held: int, junk_for: list[Pod], ns: str
+) -> asyncio.subprocess.Process:
+    """The attacker, in a process of its own: in this one its thousands of connections
+    would slow the simulated pods' own sends, and their figures would be this driver's."""
+    argv = [
+        sys.executable, "-m", "hack.bench_flood", "--attacker", f"--port={port}",
+        f"--ca={args.ca}", f"--held={max(held, 0)}", f"--bare={args.bare if held > 0 else 0}",
+        f"--sources={args.sources}", "--kinds", *args.kinds,
+    ]  # fmt: skip
+    if junk_for:
+        argv += [f"--junk-senders={args.junk_senders}", f"--ns={ns}", "--victims"]
+        argv += [f"{p.job}/{p.name}" for p in junk_for]
+    return await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+
+
+async def stop_attacker(proc: asyncio.subprocess.Process) -> dict[str, Any]:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = await proc.communicate()
+    try:
+        return dict(orjson.loads(out.strip().splitlines()[-1]))
+    except (IndexError, orjson.JSONDecodeError):
+        return {"error": f"the attacker exited {proc.returncode} with {out[-200:]!r}"}
+
+
+async def attacker_main(args: argparse.Namespace) -> int:
+    """``--attacker``: hold, connect and make up requests until SIGTERM, then print what
+    happened as one JSON line."""
+    raise_own_limit(args.held + args.bare + 4096)
+    ctx = ssl.create_default_context(cafile=args.ca)
+    host, port = "127.0.0.1", args.port
+    attack = Attack()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    tasks = []
+    kinds = args.kinds
+    for i in range(args.held):
+        src = f"127.0.{1 + (i % args.sources) // 250}.{2 + (i % args.sources) % 250}"
+        tasks.append(
+            asyncio.create_task(hold(kinds[i % len(kinds)], src, host, port, ctx, attack, stop))
+        )
+    for _ in range(args.bare):
+        tasks.append(asyncio.create_task(hold("bare", "127.0.9.9", host, port, ctx, attack, stop)))
+    victims = [Pod(v.split("/")[0], v.split("/")[1], "", 0) for v in args.victims]
+    junk_phase = Phase(-1)
+    for _ in range(args.junk_senders if victims else 0):
+        tasks.append(asyncio.create_task(junk(args.ns, host, port, ctx, victims, junk_phase, stop)))
+    peak = 0
+    while not stop.is_set():
+        peak = max(peak, attack.open)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    report = {
+        "opened": attack.opened,
+        "open_peak": peak,
+        "closed": dict(attack.closed),
+        "junk": junk_phase.junk,
+        "junk_errors": dict(junk_phase.errors),
+    }
+    print(orjson.dumps(report).decode(), flush=True)
+    return 0
+
+
 async def phase_of(
     args: argparse.Namespace, http: Http, ns: str, held: int, url: str, ctx: ssl.SSLContext,
     pid: int, health: str, metrics_port: int,
@@ -357,58 +436,59 @@ async def phase_of(
     # the endpoint listens on every address; loopback lets the attacker pick its source
     host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
     phase = Phase(held)
-    attack = Attack()
     stop = asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-    kinds = ("bare", "idle", "404")
-    for i in range(max(held, 0)):
-        src = f"127.0.{1 + (i % args.sources) // 250}.{2 + (i % args.sources) % 250}"
-        tasks.append(asyncio.create_task(hold(kinds[i % 3], src, host, port, ctx, attack, stop)))
-    for _ in range(args.bare if held > 0 else 0):
-        tasks.append(asyncio.create_task(hold("bare", "127.0.9.9", host, port, ctx, attack, stop)))
     watchers = [
         asyncio.create_task(probe_loop(health, phase, stop)),
-        asyncio.create_task(sample_loop(pid, phase, attack, stop)),
+        asyncio.create_task(sample_loop(pid, phase, stop)),
     ]
     evicted0 = metric(metrics_port, "tfjob_progress_reports_connections_evicted_total")
     reviews0 = verdicts(metrics_port)
+    attacker = None
+    seen: dict[str, Any] = {}
     try:
         if held > 0:
+            attacker = await start_attacker(args, port, held, [], ns)
             await asyncio.sleep(args.settle)
-            say(f"{held} held (+{args.bare} bare): attacker has {attack.open} open now")
+            say(f"{held} held (+{args.bare} bare) for {args.settle:g} s")
         name = f"f{held}" if held >= 0 else "fjunk"
         status, body = await http.req(
             "POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs", job_body(name, args.workers)
         )
         if status != 201:
             raise RuntimeError(f"create {name}: {status} {body}")
-        pods = await running_pods(http, ns, name, args.workers)
+        pods, ips = await running_pods(http, ns, name, args.workers)
         await mint_tokens(http, ns, pods)
+        if held < 0:
+            attacker = await start_attacker(args, port, held, pods, ns)
         started = time.monotonic()
         until = started + args.duration
-        if held < 0:
-            tasks += [
-                asyncio.create_task(junk(ns, host, port, ctx, pods, phase, stop))
-                for _ in range(args.junk_senders)
-            ]
         await asyncio.gather(
-            *(report(p, ns, host, port, ctx, args.interval, until, phase, started) for p in pods)
+            *(
+                report(p, ns, ips[p.name], host, port, ctx, args, until, phase, started)
+                for p in pods
+            )
         )
         _, job = await http.req("GET", f"/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs/{name}")
         phase.outcome = outcome(job)
     finally:
+        if attacker is not None:
+            seen = await stop_attacker(attacker)
         stop.set()
-        for t in tasks + watchers:
+        for t in watchers:
             t.cancel()
-        await asyncio.gather(*tasks, *watchers, return_exceptions=True)
+        await asyncio.gather(*watchers, return_exceptions=True)
     evicted = metric(metrics_port, "tfjob_progress_reports_connections_evicted_total") - evicted0
     phase.reviews = {
         r: n - reviews0.get(r, 0.0)
         for r, n in verdicts(metrics_port).items()
         if n != reviews0.get(r)
     }
+    phase.junk = int(seen.get("junk", 0))
+    phase.attacker_open = int(seen.get("open_peak", 0))
     phase.errors["(endpoint) evicted to make room"] = int(evicted)
-    phase.errors["(attacker) connections opened"] = attack.opened
+    phase.errors["(attacker) connections opened"] = int(seen.get("opened", 0))
+    if "error" in seen:
+        phase.errors[seen["error"]] = 1
     return phase
 
 
@@ -459,7 +539,10 @@ def raise_own_limit(want: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     raise_own_limit(max(args.held) + args.bare + 4096)
-    d = cluster_for(".cluster-bench-flood", args.workers * len(args.held) * 2, 110, say)
+    # the pods get loopback addresses, so a simulated pod can send from its own, as a
+    # real one does (the endpoint knows our pods' addresses)
+    pods = args.workers * (len(args.held) + 2)
+    d = cluster_for(".cluster-bench-flood", pods, 110, say, f"--kwok-cidr={POD_CIDR}")
     flags = progress_flags(d / "pki")
     metrics_port = cluster_mod.free_port()
     probe_port = cluster_mod.free_port()
@@ -504,6 +587,7 @@ async def measure(
     admin.load_cert_chain(str(d / "pki" / "admin.crt"), str(d / "pki" / "admin.key"))
     http = Http(f"https://127.0.0.1:{state['ports']['apiserver']}", admin, UA, 20)
     ctx = ssl.create_default_context(cafile=str(d / "pki" / "ca.crt"))
+    args.ca = str(d / "pki" / "ca.crt")
     health = f"http://127.0.0.1:{probe_port}/healthz"
     deadline = time.monotonic() + 60
     while not await asyncio.to_thread(healthy, health):
@@ -538,9 +622,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
     p.add_argument("--duration", type=float, default=40.0, help="seconds the job reports")
     p.add_argument("--settle", type=float, default=15.0, help="seconds the flood builds up")
+    p.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=("bare", "idle", "404"),
+        default=["bare", "idle", "404"],
+        help="what the held connections do, in turn: send nothing, idle after TLS, ask /nothing",
+    )
     p.add_argument("--junk-senders", type=int, default=32, help="made-up requests' loops")
     p.add_argument("--keep-cluster", action="store_true")
-    return run(p.parse_args(argv))
+    # the attacker's own process (start_attacker)
+    p.add_argument("--attacker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--ca", help=argparse.SUPPRESS)
+    p.add_argument("--ns", help=argparse.SUPPRESS)
+    p.add_argument("--victims", nargs="*", default=[], help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.attacker:
+        args.held = args.held[0]
+        return asyncio.run(attacker_main(args))
+    return run(args)
 
 
 if __name__ == "__main__":

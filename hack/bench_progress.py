@@ -268,15 +268,18 @@ async def watch_jobs(
                                 tally.latencies.append(now - sent)
 
 
-def cluster_for(name: str, pods: int, node_pods: int, say: Callable[[str], None]) -> Path:
+def cluster_for(
+    name: str, pods: int, node_pods: int, say: Callable[[str], None], *more: str
+) -> Path:
     """A cluster of its own (in REPO/``name`` unless TFJOB_CLUSTER_DIR says otherwise)
-    with kwok nodes for ``pods`` and a quarter more, up; its directory."""
+    with kwok nodes for ``pods`` and a quarter more, up, with ``more`` options of
+    hack/cluster.sh up; its directory."""
     os.environ.setdefault("TFJOB_CLUSTER_DIR", str(REPO / name))
     d = cluster_mod.cluster_dir()
     nodes = max(1, -(-pods * 5 // 4 // node_pods))
     say(f"cluster in {d}: {nodes} kwok nodes x {node_pods} pods")
     subprocess.run(
-        cluster_mod.command("up", f"--nodes={nodes}", f"--node-pods={node_pods}"),
+        cluster_mod.command("up", f"--nodes={nodes}", f"--node-pods={node_pods}", *more),
         cwd=REPO,
         check=True,
         stdout=subprocess.DEVNULL,

@@ -33,6 +33,7 @@ from controller.cache.store import (
     IndexFunc,
     index_by_controller_name,
     index_by_controller_uid,
+    index_by_pod_ip,
     resource_version_of,
 )
 from controller.cache.transforms import Transform, chain_transforms, strip_managed_fields
@@ -58,7 +59,13 @@ from controller.runtime.manager import Manager
 from controller.runtime.pacer import Pacer
 from controller.serving.limits import Budget
 from controller.serving.reports import MAX_CONNECTIONS as REPORT_CONNECTIONS
-from controller.types import CONTROLLER_NAME_INDEX, CONTROLLER_UID_INDEX, Clock, EventWriter
+from controller.types import (
+    CONTROLLER_NAME_INDEX,
+    CONTROLLER_UID_INDEX,
+    POD_IP_INDEX,
+    Clock,
+    EventWriter,
+)
 from reconcile.api.labels import DEFAULT_OPERATOR_NAME, OPERATOR_NAME_LABEL
 from reconcile.api.names import GROUP, KIND, PLURAL, VERSION
 from reconcile.plan import PlanConfig
@@ -511,7 +518,14 @@ async def run(args: argparse.Namespace) -> int:
 
         job_informer = watched(TFJOBS, "tfjobs", transform=JOB_TRANSFORM)
         children: dict[str, Any] = {"label_selector": selector, "indexers": CHILD_INDEXERS}
-        pod_informer = watched(PODS, "pods", transform=POD_TRANSFORM, **children)
+        pod_informer = watched(
+            PODS,
+            "pods",
+            transform=POD_TRANSFORM,
+            label_selector=selector,
+            # the progress endpoint lets our pods' addresses before strangers'
+            indexers={**CHILD_INDEXERS, POD_IP_INDEX: index_by_pod_ip},
+        )
         service_informer = watched(SERVICES, "services", transform=SERVICE_TRANSFORM, **children)
         informers = [job_informer, pod_informer, service_informer]
         podgroup_informer = priority_informer = None

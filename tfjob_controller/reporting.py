@@ -27,7 +27,12 @@ from controller.runtime.pacer import Pacer, SlotGate
 from controller.serving.bundle import BundleDistributor
 from controller.serving.certs import SecretCertificate, private_dir
 from controller.serving.limits import Budget, KeyedLimiter
-from controller.serving.reports import MAX_CONNECTIONS, MAX_PER_SOURCE, ReportServer
+from controller.serving.reports import (
+    MAX_CONNECTIONS,
+    MAX_PER_SOURCE,
+    STRANGER_CONNECTIONS,
+    ReportServer,
+)
 from controller.serving.tls import FileCertificate
 from controller.serving.tokenreview import TokenReviewer
 from controller.types import JSON, CacheReader, Clock, EventHandler, EventSink, KeyQueue
@@ -121,6 +126,14 @@ def add_progress_flags(p: argparse.ArgumentParser) -> None:
         " node's host-network pods share its address; 0: no cap (default %(default)s)",
     )
     g.add_argument(
+        "--progress-stranger-connections",
+        type=float,
+        default=STRANGER_CONNECTIONS,
+        help="new connections a second, all together, from addresses no pod of ours has"
+        " (a burst of twice as many); more are closed before TLS; our pods' own are never"
+        " held to it; 0: no limit (default %(default)s)",
+    )
+    g.add_argument(
         "--progress-token-seconds",
         type=int,
         default=DEFAULT_TOKEN_SECONDS,
@@ -147,9 +160,18 @@ def check_progress_flags(args: argparse.Namespace) -> str | None:
         return "--progress-url needs --progress-cert-file (and key, CA) or --progress-cert-secret"
     if args.progress_max_connections_per_source < 0:
         return "--progress-max-connections-per-source must be 0 (no cap) or more"
+    if not (args.progress_stranger_connections >= 0):  # NaN too
+        return "--progress-stranger-connections must be 0 (no limit) or more"
     if args.progress_token_seconds < 600:
         return "--progress-token-seconds must be at least 600 (the apiserver's minimum)"
     return None
+
+
+def stranger_budget(clock: Clock, rate: float) -> Budget | None:
+    """New connections a second from addresses no pod of ours has; None: no limit."""
+    if rate <= 0:
+        return None
+    return Budget(clock, rate=rate, burst=max(1, int(2 * rate)))
 
 
 def reporting_of(args: argparse.Namespace) -> Reporting | None:
@@ -279,6 +301,7 @@ async def progress_endpoint(
         max_body=MAX_BODY_BYTES,
         max_connections=max_connections,
         max_per_source=args.progress_max_connections_per_source,
+        strangers=stranger_budget(clock, args.progress_stranger_connections),
         metric_prefix="tfjob_progress_reports",
         now=clock.now,
     )

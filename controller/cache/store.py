@@ -30,7 +30,6 @@ from controller.types import (
 IndexFunc = Callable[[JSON], Iterable[str]]
 
 
-
 def key_of(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return object_key(meta.get("namespace"), meta.get("name", ""))
@@ -42,6 +41,17 @@ def resource_version_of(obj: JSON) -> str:
 
 def index_by_namespace(obj: JSON) -> list[str]:
     return [(obj.get("metadata") or {}).get("namespace") or ""]
+
+
+def index_by_pod_ip(obj: JSON) -> list[str]:
+    """A pod's addresses: ``status.podIP`` and each of ``status.podIPs``."""
+    status = obj.get("status") or {}
+    out = [status["podIP"]] if isinstance(status.get("podIP"), str) else []
+    for entry in status.get("podIPs") or ():
+        ip = entry.get("ip") if isinstance(entry, dict) else None
+        if isinstance(ip, str) and ip not in out:
+            out.append(ip)
+    return out
 
 
 def index_by_controller_uid(obj: JSON) -> list[str]:

@@ -33,6 +33,11 @@ Nobody without a pod's token may hold what reporters need:
   ``first_timeout`` for each request head;
 - one source address holds at most ``max_per_source`` connections; more are closed at
   accept;
+- a connection from an address the sink does not know (``known_source``: not one of
+  our pods') takes a token from ``strangers`` (new connections a second, for all such
+  addresses together) or is closed at accept, before any TLS: a flood of strangers'
+  handshakes cannot take the CPU that reporters' need, and a reporter's address never
+  waits behind them;
 - when every slot is taken, a new connection takes the slot of the oldest one that has
   had no report accepted and has no request in hand (an anonymous client holding slots
   only makes room for the next comer), and waits only when every slot holds an
@@ -48,6 +53,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import socket
 import ssl
 from collections import OrderedDict
 from collections.abc import Callable
@@ -56,6 +62,7 @@ from datetime import UTC, datetime
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import orjson
 import structlog
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
@@ -65,7 +72,7 @@ from controller.observability.addresses import parse_address
 from controller.observability.prometheus import Counter, Registry, Sample
 from controller.observability.server import accept_failed, listen_sockets
 from controller.serving.access import bearer
-from controller.serving.limits import KeyedLimiter
+from controller.serving.limits import Budget, KeyedLimiter
 from controller.serving.tokenreview import TokenReviewer, implausible, unverified_claims
 from controller.serving.verdicts import ReviewUnavailable
 from controller.types import Reply, ReportSink
@@ -84,12 +91,17 @@ FIRST_TIMEOUT = 5.0
 MAX_CONNECTIONS = 4096
 #: one pod keeps one connection; a node's host-network pods share its address
 MAX_PER_SOURCE = 128
+#: new connections a second from addresses no pod of ours has: a TLS handshake costs the
+#: endpoint about a millisecond of CPU, so this is a few percent of a core
+STRANGER_CONNECTIONS = 50.0
 #: answers after which a connection is kept: the caller's token was accepted
 KEEP_ALIVE = frozenset({204, 429})
 #: a body over the limit but under this is read and dropped before the 413
 DRAIN_LIMIT = 256 * 1024
 #: the kernel caps it at net.core.somaxconn (4096 by default since Linux 5.4)
 LISTEN_BACKLOG = 4096
+#: connections taken off the listening socket before other tasks get a turn
+ACCEPT_BATCH = 64
 CODES = (204, 400, 401, 403, 404, 405, 411, 413, 415, 429, 431, 500, 503)
 _REASONS = {
     204: "No Content",
@@ -153,6 +165,7 @@ class ReportServer:
         max_body: int = DEFAULT_MAX_BODY,
         max_connections: int = MAX_CONNECTIONS,
         max_per_source: int = MAX_PER_SOURCE,
+        strangers: Budget | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
         first_timeout: float = FIRST_TIMEOUT,
         request_timeout: float = REQUEST_TIMEOUT,
@@ -160,7 +173,8 @@ class ReportServer:
         now: Callable[[], datetime] = _utcnow,
     ) -> None:
         """``tls()`` gives the context for the next handshake (a rotated certificate is
-        picked up by new connections). ``max_per_source`` 0: no cap per address."""
+        picked up by new connections). ``max_per_source`` 0: no cap per address;
+        ``strangers`` None: no limit on connections from addresses nobody knows."""
         self.address = address
         self._tls = tls
         self._sink = sink
@@ -170,6 +184,7 @@ class ReportServer:
         self.max_body = max_body
         self.max_connections = max_connections
         self.max_per_source = max_per_source
+        self._strangers = strangers
         self.idle_timeout = idle_timeout
         self.first_timeout = first_timeout
         self.request_timeout = request_timeout
@@ -201,11 +216,16 @@ class ReportServer:
             return [(reviews_name, "counter", doc, samples)]
 
         registry.add_collector(reviews)
-        self._over_source = Counter(
+        refused = Counter(
             f"{metric_prefix}_connections_refused_total",
-            "Connections closed at accept: their source address held its share already.",
+            "Connections closed at accept: their source address held its share already"
+            " (source_share), or came from an address no pod of ours has when strangers'"
+            " budget of new connections was spent (strangers).",
+            ["reason"],
             registry=registry,
         )
+        self._over_source = refused.labels("source_share")
+        self._over_strangers = refused.labels("strangers")
         self._evicted = Counter(
             f"{metric_prefix}_connections_evicted_total",
             "Connections closed to make room at the cap: the oldest that had no report"
@@ -249,28 +269,57 @@ class ReportServer:
     async def _accept(
         self, listener: anyio.abc.SocketListener, slots: anyio.Semaphore, tg: TaskGroup
     ) -> None:
+        """Take connections off the listening socket itself, as many as wait: one that
+        is refused (its address's share taken, or strangers' budget spent) is closed
+        there and then, before anything is made for it; the rest wait for a slot."""
+        sock: socket.socket = listener.extra(SocketAttribute.raw_socket)
         backoff = 0.0
         while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                self.degraded(f"accept failed: {exc}")
-                backoff = await accept_failed(exc, backoff)
-                continue
-            backoff = 0.0
-            source = _source(stream)
-            if self.max_per_source and self._per_source.get(source, 0) >= self.max_per_source:
-                self._over_source.inc()
-                tg.start_soon(_abort, stream)
-                continue
-            try:
-                await self._slot(slots)
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await stream.aclose()
-                raise
-            self._per_source[source] = self._per_source.get(source, 0) + 1
-            tg.start_soon(self._connection, stream, slots, source)
+            await anyio.wait_readable(sock)
+            for _ in range(ACCEPT_BATCH):
+                try:
+                    conn, peer = sock.accept()
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    self.degraded(f"accept failed: {exc}")
+                    backoff = await accept_failed(exc, backoff)
+                    break
+                backoff = 0.0
+                source = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+                if not self._admit(source):
+                    conn.close()
+                    continue
+                try:
+                    conn.setblocking(False)
+                    if conn.family in (socket.AF_INET, socket.AF_INET6):
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    await self._slot(slots)
+                    stream = await SocketStream.from_socket(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                self._per_source[source] = self._per_source.get(source, 0) + 1
+                tg.start_soon(self._connection, stream, slots, source)
+            await anyio.lowlevel.checkpoint()
+
+    def _admit(self, source: str) -> bool:
+        """Whether a connection from ``source`` may wait for a slot (counted if not)."""
+        if self.max_per_source and self._per_source.get(source, 0) >= self.max_per_source:
+            self._over_source.inc()
+            return False
+        if self._strangers is not None and not self._known(source):
+            if self._strangers.take() > 0:
+                self._over_strangers.inc()
+                return False
+        return True
+
+    def _known(self, source: str) -> bool:
+        try:
+            return self._sink.known_source(source)
+        except Exception:
+            log.exception("report sink failed to say whether it knows an address")
+            return False
 
     async def _slot(self, slots: anyio.Semaphore) -> None:
         """Take a slot for a connection accepted and waiting: at once, or from the
@@ -521,19 +570,6 @@ class _Conversation:
 
 
 UNAUTHORIZED = Reply(401, "unauthorized")
-
-
-def _source(stream: SocketStream) -> str:
-    try:
-        peer = stream.extra(SocketAttribute.remote_address)
-    except Exception:
-        return ""
-    return str(peer[0]) if isinstance(peer, tuple) else str(peer)
-
-
-async def _abort(stream: SocketStream) -> None:
-    with anyio.CancelScope(shield=True):
-        await stream.aclose()
 
 
 def _is_token(text: bytes) -> bool:

@@ -418,6 +418,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node-gpu", default="8")
     p.add_argument("--node-pods", default="110")
     p.add_argument(
+        "--kwok-cidr",
+        default="10.244.0.0/16",
+        help="the kwok pods' addresses (bench-flood gives them loopback ones, which its"
+        " simulated pods can send from)",
+    )
+    p.add_argument(
         "--audit",
         action="store_true",
         default=os.environ.get("TFJOB_CLUSTER_AUDIT") == "1",

@@ -268,7 +268,7 @@ def component_argv(
             f"--kubeconfig={kubeconfig}",
             # only its own nodes: a real node (node.py) runs its pods for real
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            "--cidr=10.244.0.0/16",
+            f"--cidr={getattr(opts, 'kwok_cidr', '10.244.0.0/16')}",
             "--node-lease-duration-seconds=0",
         ]
         for f in kwok_stage_files(bins):

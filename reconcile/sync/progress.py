@@ -23,6 +23,7 @@ from datetime import datetime
 
 from controller.types import (
     JSON,
+    POD_IP_INDEX,
     POD_NAME_EXTRA,
     POD_UID_EXTRA,
     CacheReader,
@@ -143,6 +144,10 @@ class ProgressIntake:
 
     def unheard(self, at: datetime, why: str) -> None:
         self.unheard_at = (at, why[:MAX_WHY])
+
+    def known_source(self, address: str) -> bool:
+        """An address one of our jobs' pods has (or a host-network one's node)."""
+        return bool(address) and bool(self._pods.by_index(POD_IP_INDEX, address))
 
     def records(self, key: str) -> tuple[ReplicaRecord, ...]:
         """The job's replicas' last records (shared values: never changed in place)."""

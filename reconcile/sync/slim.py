@@ -17,6 +17,8 @@ controller reads:
   ``status.conditions[].type/status`` (DisruptionTarget), ``status.startTime``, and of
   ``status.containerStatuses`` and ``initContainerStatuses``: ``name``,
   ``restartCount``, ``state.terminated.exitCode/finishedAt``;
+- the progress endpoint (controller.serving.reports): ``status.podIP`` and ``podIPs``,
+  the addresses whose connections go before strangers';
 - services: only metadata (``_service_plan`` and ``cleanup_deletions`` read the name,
   the UID and ``deletionTimestamp``; labels are kept, the replica type and index).
 
@@ -27,7 +29,7 @@ Of the annotations only ``RETIRED_ANNOTATION`` is kept (``restart.py``: a pod th
 controller deleted itself). Dropped on purpose: ``managedFields``, other annotations,
 the container specs
 beyond their names, condition messages, container ``message``/``containerID``/``image``
-(a termination message alone can be 4 KB), IPs, QoS class, a service's ``spec``.
+(a termination message alone can be 4 KB), host IPs, QoS class, a service's ``spec``.
 
 Low-cardinality strings (namespaces, label keys and values, phases, condition types,
 container names, owner names and UIDs shared by a job's pods, timestamps shared within a
@@ -230,7 +232,10 @@ def _container_statuses(statuses: list[Any]) -> list[JSON]:
 
 def _pod_status(status: JSON) -> JSON:
     get = status.get
-    out = _pick(status, ("phase", "reason", "startTime"))
+    out = _pick(status, ("phase", "reason", "startTime", "podIP"))
+    v = get("podIPs")
+    if type(v) is list and v:
+        out["podIPs"] = [_pick(e, ("ip",)) for e in v if type(e) is dict]
     _copy(status, ("message",), out)
     v = get("conditions")
     if type(v) is list:

@@ -44,6 +44,22 @@ def test_the_url_with_a_made_or_given_certificate() -> None:
         (["--progress-url=http://ctl:10443"], "https://"),
         (["--progress-url=https://ctl", "--progress-cert-file=c"], "needs --progress-key-file"),
         (["--progress-url=https://ctl", "--progress-token-seconds=60"], "at least 600"),
+        (
+            [
+                "--progress-url=https://ctl",
+                "--progress-cert-secret=s",
+                "--progress-stranger-connections=-1",
+            ],
+            "must be 0 (no limit) or more",
+        ),
+        (
+            [
+                "--progress-url=https://ctl",
+                "--progress-cert-secret=s",
+                "--progress-stranger-connections=nan",
+            ],
+            "must be 0 (no limit) or more",
+        ),
     ],
 )
 def test_flags_that_cannot_work_together_are_refused(

@@ -3,16 +3,19 @@ scheduled no sooner than its pace."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
+from controller.cache.store import Store, index_by_pod_ip
 from controller.clock import FakeClock
 from controller.runtime.pacer import Pacer, SlotGate
-from controller.types import JSON, Caller
+from controller.types import JSON, POD_IP_INDEX, Caller
 from reconcile.objects.reporting import progress_path
 from reconcile.sync.progress import GATHER_SECONDS, ProgressIntake
 from tests.builders import at, make_pod, make_tfjob
+from tfjob_controller.app import CHILD_INDEXERS, POD_TRANSFORM
 
 JOB = make_tfjob("mnist", "ns", uid="job-uid").worker(2).obj()
 POD = make_pod(JOB, "Worker", 1).uid("pod-1").running().obj()
@@ -136,3 +139,25 @@ def test_the_servers_deaf_windows_are_kept_for_the_stall_deadline() -> None:
     assert i.unheard_at is not None
     when, why = i.unheard_at
     assert when == at(60) and why.startswith("accept failed: ") and len(why) == 200
+
+
+def test_the_addresses_of_our_pods_are_known_as_the_pod_cache_indexes_them() -> None:
+    """Through the controller's own pod transform and index: a pod's status.podIP and
+    podIPs are known, as they change; no other address is."""
+    store = Store({**CHILD_INDEXERS, POD_IP_INDEX: index_by_pod_ip})
+    pod = copy.deepcopy(POD)
+    pod["status"]["podIP"] = "10.1.2.3"
+    pod["status"]["podIPs"] = [{"ip": "10.1.2.3"}, {"ip": "fd00::3"}]
+    store.upsert(POD_TRANSFORM(pod))
+    i = ProgressIntake(
+        jobs=Cache(JOB), pods=store, queue=Queue(), pacer=Pacer[str](FakeClock(), 5.0),
+        now=FakeClock().now,
+    )  # fmt: skip
+    assert i.known_source("10.1.2.3") and i.known_source("fd00::3")
+    assert not i.known_source("10.1.2.4") and not i.known_source("")
+    moved = copy.deepcopy(pod)
+    moved["status"]["podIP"] = "10.9.9.9"
+    moved["status"]["podIPs"] = [{"ip": "10.9.9.9"}]
+    moved["metadata"]["resourceVersion"] = "2"
+    store.upsert(POD_TRANSFORM(moved))
+    assert i.known_source("10.9.9.9") and not i.known_source("10.1.2.3")

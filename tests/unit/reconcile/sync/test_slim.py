@@ -424,7 +424,8 @@ def test_dropped_fields() -> None:
         "restartPolicy": "Never",
         "containers": [{"name": "tensorflow"}],
     }
-    assert not {"podIP", "hostIP", "qosClass"} & slim["status"].keys()
+    assert not {"hostIP", "qosClass"} & slim["status"].keys()
+    assert slim["status"]["podIP"] == full_pod(retired)["status"]["podIP"]  # the endpoint knows it
     cs = slim["status"]["containerStatuses"][0]
     assert cs.keys() == {"name", "restartCount", "state"}
     assert cs["state"]["terminated"] == {"exitCode": 1, "finishedAt": ts(10)}
