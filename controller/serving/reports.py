@@ -44,8 +44,8 @@ Nobody without a pod's token may hold what reporters need:
   accepted reporter or a request being answered;
 - ``degraded_at`` is the last time a reporter may have gone unheard for the server's
   own sake (a connection waiting for a slot, an accept failed, a review could not be
-  had): the stall
-  deadline does not count a window that holds it (reconcile.progress.stall).
+  had): the stall deadline does not count a window that holds it
+  (reconcile.progress.stall).
 """
 
 from __future__ import annotations

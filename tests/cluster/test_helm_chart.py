@@ -260,7 +260,7 @@ def test_the_network_policy_opens_only_the_progress_and_metrics_ports(
         {"namespaceSelector": {"matchLabels": {"team": "observability"}}}
     ]
     # an empty list admits nobody: the rule is left out, not rendered as `from: []`
-    closed = network_policy(render(ops_tools, "networkPolicy.metricsFrom={}"))
+    closed = network_policy(render(ops_tools, "networkPolicy.metricsFrom=null"))
     assert closed is not None and list(rules(closed)) == ["progress"]
     no_progress = network_policy(render(ops_tools, "progress.enabled=false"))
     assert no_progress is not None and list(rules(no_progress)) == ["metrics"]
