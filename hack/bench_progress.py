@@ -301,8 +301,10 @@ def controller_argv(
         f"--kube-api-qps={qps}",
         f"--kube-api-burst={burst}",
         "--health-probe-bind-address=127.0.0.1:0",
-        # every simulated pod connects from this host: no per-address share
+        # every simulated pod connects from this host, an address no pod has: no
+        # per-address share, no strangers' budget
         "--progress-max-connections-per-source=0",
+        "--progress-stranger-connections=0",
         *progress,
     ]
 
