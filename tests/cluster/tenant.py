@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.cluster.kube import ApiFailure
+from tests.cluster.kube import ApiFailure, wait_for
 from tests.conftest import Cluster
 
 #: What the tenant may do in its namespace: what a team running its own workloads has.
@@ -54,6 +54,38 @@ class Tenant:
                 ],
             },
         )
+        # The apiserver authorizes from its own cache of RBAC objects, which sees a new
+        # binding a moment after it is stored: the tenant's first request could be
+        # refused for that alone. Wait until the apiserver says every grant holds.
+        wanted = [
+            (resource, verb)
+            for rule in TENANT_RULES
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        ]
+        wait_for(lambda: all(self._allowed(r, v) for r, v in wanted), 30, "the tenant's grants")
+
+    def _allowed(self, resource: str, verb: str) -> bool:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": self.namespace,
+                    "verb": verb,
+                    "resource": resource,
+                }
+            },
+        }
+        status, out = self.api.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            review,
+            headers={"Impersonate-User": self.user},
+        )
+        if status >= 300:
+            raise ApiFailure(status, out)
+        return bool((out.get("status") or {}).get("allowed"))
 
     def req(
         self, method: str, path: str, body: Any = None, ctype: str = "application/json"
