@@ -53,7 +53,7 @@ from typing import Any
 import orjson
 
 import hack.cluster as cluster_mod
-from hack.bench_progress import Pod, cluster_for, mint_tokens, percentile
+from hack.bench_progress import Pod, cluster_for, mint_tokens, percentile, post_report
 from hack.benchmark.client import Http
 from hack.benchmark.environment import create_namespace
 from hack.benchmark.sampling import byte_compile
@@ -161,23 +161,10 @@ async def report(
                 )
             p.step += 10
             body = orjson.dumps({"step": p.step, "totalSteps": 100_000})
-            head = (
-                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {p.token}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-            )
             assert reader is not None and writer is not None
-            writer.write(head.encode() + body)
-            line = await asyncio.wait_for(reader.readline(), interval * 5)
-            code = int(line.split()[1])
-            length, close = 0, False
-            while (h := await reader.readline()) not in (b"\r\n", b""):
-                k, _, v = h.decode().partition(":")
-                if k.lower() == "content-length":
-                    length = int(v)
-                elif k.lower() == "connection" and v.strip().lower() == "close":
-                    close = True
-            if length:
-                await reader.readexactly(length)
+            code, close = await post_report(
+                reader, writer, host, path, p.token, body, wait=interval * 5
+            )
             phase.codes[code] += 1
             phase.answers.append(time.monotonic() - t0)
             if code == 204 and not got_first:

@@ -175,6 +175,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def post_report(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    host: str,
+    path: str,
+    token: str,
+    body: bytes,
+    wait: float | None = None,
+) -> tuple[int, bool]:
+    """One report over a kept-alive connection: its answer's status, and whether the
+    server closes the connection after it (the answer's body read and dropped); ``wait``
+    bounds the wait for the answer's first line."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    status_line = await asyncio.wait_for(reader.readline(), wait)
+    code = int(status_line.split()[1])
+    length, close = 0, False
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        k, _, v = line.decode().partition(":")
+        if k.lower() == "content-length":
+            length = int(v)
+        elif k.lower() == "connection" and v.strip().lower() == "close":
+            close = True
+    if length:
+        await reader.readexactly(length)
+    return code, close
+
+
 async def report_loop(
     p: Pod, ns: str, url: str, ctx: ssl.SSLContext, interval: float, until: float, tally: Tally
 ) -> None:
@@ -198,24 +229,9 @@ async def report_loop(
             body = orjson.dumps(
                 {"step": p.step, "totalSteps": 100_000, "metrics": {"loss": 1.0 / p.step}}
             )
-            head = (
-                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {p.token}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-            )
             sent_at = time.monotonic()
-            writer.write(head.encode() + body)
             assert reader is not None
-            status_line = await reader.readline()
-            code = int(status_line.split()[1])
-            length, close = 0, False
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                k, _, v = line.decode().partition(":")
-                if k.lower() == "content-length":
-                    length = int(v)
-                elif k.lower() == "connection" and v.strip().lower() == "close":
-                    close = True
-            if length:
-                await reader.readexactly(length)
+            code, close = await post_report(reader, writer, host, path, p.token, body)
             tally.codes[code] += 1
             tally.answers.append(time.monotonic() - sent_at)
             if code == 204:  # only a report the controller took can be shown
